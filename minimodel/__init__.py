@@ -1,0 +1,1 @@
+"""minimodel: Qwen3 inference built step by step, from tokens to a paged-KV engine."""
