@@ -1,0 +1,184 @@
+"""Qwen3Config: the model's hyper-parameters, with the names of a Hugging Face config.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+class ConfigError(ValueError):
+    """A config.json that is not a usable Qwen3 config."""
+
+
+@dataclass(frozen=True)
+class Qwen3Config:
+    """Shapes and constants of a Qwen3 dense model.
+
+    Names follow config.json. Derived sizes used everywhere in the course:
+    C = hidden_size, Hq = num_attention_heads, Hkv = num_key_value_heads, D = head_dim,
+    V = vocab_size, L = num_hidden_layers, I = intermediate_size.
+    """
+
+    vocab_size: int = 151936
+    hidden_size: int = 1024
+    intermediate_size: int = 3072
+    num_hidden_layers: int = 28
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 8
+    head_dim: int = 128
+    max_position_embeddings: int = 40960
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    tie_word_embeddings: bool = True
+    attention_bias: bool = False
+    hidden_act: str = "silu"
+    torch_dtype: str = "bfloat16"
+    bos_token_id: int | None = 151643
+    eos_token_id: int | list[int] | None = 151645
+    model_type: str = field(default="qwen3", repr=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # --- derived quantities -------------------------------------------------------------
+    @property
+    def num_kv_groups(self) -> int:
+        """Query heads that share one KV head (Hq // Hkv): 1 is MHA, Hq is MQA."""
+        return self.num_attention_heads // self.num_key_value_heads
+
+    @property
+    def q_size(self) -> int:
+        """Width of the Q projection output: Hq * D (not always equal to C)."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        """Width of the K (or V) projection output: Hkv * D."""
+        return self.num_key_value_heads * self.head_dim
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The checkpoint's own dtype as a torch.dtype."""
+        return _DTYPES.get(self.torch_dtype, torch.float32)
+
+    def kv_bytes_per_token(self, dtype: torch.dtype | None = None) -> int:
+        """Bytes of K and V that one token keeps in the cache over all layers."""
+        itemsize = (dtype or self.dtype).itemsize
+        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * itemsize
+
+    def num_parameters(self) -> int:
+        """Parameter count (tied embeddings counted once)."""
+        C, I, V = self.hidden_size, self.intermediate_size, self.vocab_size
+        attn = C * self.q_size + 2 * C * self.kv_size + self.q_size * C + 2 * self.head_dim
+        mlp = 3 * C * I
+        per_layer = attn + mlp + 2 * C
+        head = 0 if self.tie_word_embeddings else V * C
+        return V * C + self.num_hidden_layers * per_layer + C + head
+
+    # --- checks ---------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise ConfigError if the numbers cannot describe a working Qwen3 model."""
+        if self.model_type != "qwen3":
+            raise ConfigError(
+                f"model_type is {self.model_type!r}, but minimodel implements Qwen3 only "
+                "(model_type 'qwen3'). Use a Qwen3 checkpoint such as Qwen/Qwen3-0.6B."
+            )
+        for name in (
+            "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+            "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(
+                f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
+                f"num_key_value_heads ({self.num_key_value_heads}): each KV head serves a whole "
+                "group of query heads in grouped-query attention."
+            )
+        if self.head_dim % 2:
+            raise ConfigError(
+                f"head_dim must be even for rotary embeddings (it rotates pairs), got {self.head_dim}."
+            )
+        if self.hidden_act != "silu":
+            raise ConfigError(f"hidden_act must be 'silu' for Qwen3, got {self.hidden_act!r}.")
+        if self.rope_theta <= 0:
+            raise ConfigError(f"rope_theta must be positive, got {self.rope_theta}.")
+
+    # --- (de)serialisation ----------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Qwen3Config:
+        """Build from a config.json dict in either dialect.
+
+        Real Qwen3 checkpoints write `rope_theta` and `torch_dtype` at the top level;
+        transformers 5 `save_pretrained` writes `rope_parameters` and `dtype`.
+        """
+        model_type = raw.get("model_type")
+        if model_type != "qwen3":
+            archs = raw.get("architectures") or []
+            raise ConfigError(
+                f"config.json has model_type {model_type!r} (architectures {archs}); minimodel "
+                "loads Qwen3 checkpoints only (model_type 'qwen3'), e.g. Qwen/Qwen3-0.6B."
+            )
+        data = dict(raw)
+        rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
+        if "rope_theta" not in data and "rope_theta" in rope:
+            data["rope_theta"] = rope["rope_theta"]
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ("default", None):
+            raise ConfigError(
+                f"rope type {rope_type!r} is not supported; minimodel implements plain RoPE only."
+            )
+        if "torch_dtype" not in data and "dtype" in data:
+            data["torch_dtype"] = data["dtype"]
+        if data.get("head_dim") is None and "hidden_size" in data and "num_attention_heads" in data:
+            data["head_dim"] = data["hidden_size"] // data["num_attention_heads"]
+        if data.get("num_key_value_heads") is None:
+            data["num_key_value_heads"] = data.get("num_attention_heads")
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> Qwen3Config:
+        """Read `config.json` from a checkpoint folder (or a model name, see resolve_model)."""
+        folder = Path(path)
+        if not folder.is_dir():
+            from minimodel.hub import resolve_model
+
+            folder = resolve_model(str(path))
+        file = folder / "config.json"
+        if not file.is_file():
+            raise ConfigError(f"{folder} has no config.json; is it a Hugging Face model folder?")
+        try:
+            raw = json.loads(file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{file} is not valid JSON: {e}") from e
+        return cls.from_dict(raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A config.json dict in the real Qwen3 dialect, loadable by transformers."""
+        data = asdict(self)
+        data["architectures"] = ["Qwen3ForCausalLM"]
+        data["use_sliding_window"] = False
+        data["sliding_window"] = None
+        data["max_window_layers"] = self.num_hidden_layers
+        data["attention_dropout"] = 0.0
+        data["initializer_range"] = 0.02
+        data["use_cache"] = True
+        data["rope_scaling"] = None
+        return data
+
+    def save(self, folder: str | Path) -> None:
+        """Write config.json into `folder`."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        (Path(folder) / "config.json").write_text(text + "\n", encoding="utf-8")

@@ -1,0 +1,114 @@
+"""safetensors -> modules: Hugging Face names, merged projections, tied embeddings, dtype.
+
+The reference model keeps the checkpoint's layout (q_proj, k_proj, v_proj, gate_proj, up_proj).
+The engine merges projections that read the same input into one matmul: q/k/v into `qkv_proj`
+and gate/up into `gate_up_proj`. PACKED_MODULES says which checkpoint tensors are stacked, in
+order along dim 0, into each merged parameter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch import nn
+
+PACKED_MODULES: dict[str, tuple[str, ...]] = {
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "gate_up_proj": ("gate_proj", "up_proj"),
+}
+
+
+class WeightsError(ValueError):
+    """A checkpoint whose tensors do not fit the model."""
+
+
+def safetensors_files(folder: str | Path) -> list[Path]:
+    """The checkpoint's safetensors files: one file, or the shards an index names."""
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        files = [folder / f for f in sorted(set(weight_map.values()))]
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise WeightsError(
+            f"No *.safetensors files in {folder}. minimodel loads safetensors only "
+            "(no pickle .bin files); convert the checkpoint or download its safetensors."
+        )
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise WeightsError(f"The index in {folder} names shards that are missing: {missing}.")
+    return files
+
+
+def iter_checkpoint(folder: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (name, tensor) for every tensor of every safetensors file, on the CPU."""
+    from safetensors import safe_open
+
+    for file in safetensors_files(folder):
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for name in f.keys():
+                    yield name, f.get_tensor(name)
+        except WeightsError:
+            raise
+        except Exception as e:
+            raise WeightsError(
+                f"Could not read {file}: {e}. The file is corrupt or not safetensors; "
+                "download it again."
+            ) from e
+
+
+def _shard_names(param_name: str) -> list[str] | None:
+    """Checkpoint names stacked into a merged parameter, or None if it is not merged."""
+    for merged, parts in PACKED_MODULES.items():
+        if f".{merged}." in param_name:
+            return [param_name.replace(f".{merged}.", f".{part}.") for part in parts]
+    return None
+
+
+@torch.no_grad()
+def load_weights(model: nn.Module, folder: str | Path, tie_word_embeddings: bool) -> None:
+    """Copy a checkpoint into `model`'s parameters (converting dtype, merging packed tensors).
+
+    Raises WeightsError naming the tensor when one is missing, unexpected or mis-shaped; the
+    model is only written once every tensor has been checked.
+    """
+    checkpoint = dict(iter_checkpoint(folder))
+    params = dict(model.named_parameters(remove_duplicate=False))
+    used: set[str] = set()
+    plan: list[tuple[nn.Parameter, torch.Tensor]] = []
+    for name, param in params.items():
+        if tie_word_embeddings and name == "lm_head.weight":
+            continue  # the same Parameter as model.embed_tokens.weight
+        sources = _shard_names(name) or [name]
+        missing = [s for s in sources if s not in checkpoint]
+        if missing:
+            raise WeightsError(
+                f"Tensor {missing[0]!r} (needed for parameter {name!r}, shape "
+                f"{tuple(param.shape)}) is missing from the checkpoint in {folder}."
+            )
+        tensor = torch.cat([checkpoint[s] for s in sources], dim=0)
+        if tensor.shape != param.shape:
+            detail = ", ".join(f"{s}: {tuple(checkpoint[s].shape)}" for s in sources)
+            raise WeightsError(
+                f"Tensor {name!r} has shape {tuple(tensor.shape)} in the checkpoint ({detail}) "
+                f"but the model expects {tuple(param.shape)}; config.json and the weights "
+                "disagree."
+            )
+        used.update(sources)
+        plan.append((param, tensor))
+    unexpected = sorted(set(checkpoint) - used)
+    if tie_word_embeddings and "lm_head.weight" in unexpected:
+        unexpected.remove("lm_head.weight")  # some tied checkpoints store the copy anyway
+    if unexpected:
+        raise WeightsError(
+            f"The checkpoint in {folder} has tensors the model does not use: {unexpected[:5]}"
+            f"{' ...' if len(unexpected) > 5 else ''}. Is config.json the one for these weights?"
+        )
+    for param, tensor in plan:
+        param.copy_(tensor.to(dtype=param.dtype))
