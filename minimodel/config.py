@@ -108,7 +108,8 @@ class Qwen3Config:
             )
         if self.head_dim % 2:
             raise ConfigError(
-                f"head_dim must be even for rotary embeddings (it rotates pairs), got {self.head_dim}."
+                "head_dim must be even for rotary embeddings (it rotates pairs of dimensions), "
+                f"got {self.head_dim}."
             )
         if self.hidden_act != "silu":
             raise ConfigError(f"hidden_act must be 'silu' for Qwen3, got {self.hidden_act!r}.")

@@ -235,7 +235,9 @@ def resolve_model(name: str | os.PathLike) -> Path:
             raise FileNotFoundError(f"{path} is a folder but has no config.json: not a model.")
         return path
     if text == "tiny":
-        return _build_once("tiny", lambda d: write_checkpoint(d, TINY, random_state_dict_numpy(TINY)))
+        return _build_once(
+            "tiny", lambda d: write_checkpoint(d, TINY, random_state_dict_numpy(TINY))
+        )
     if text.startswith("random:"):
         shape = text.split(":", 1)[1].lower()
         if shape not in SHAPES:

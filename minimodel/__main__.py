@@ -1,0 +1,188 @@
+"""Command line: python -m minimodel {generate,chat,bench,grade,exercises,info}."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+DEFAULT_MODEL = os.environ.get("MINIMODEL_MODEL", "tiny")
+
+
+def _sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=DEFAULT_MODEL, help="tiny, random:<shape>, folder, repo id")
+    p.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0, help="0 = off")
+    p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
+    p.add_argument("--seed", type=int, default=None)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _params(args: argparse.Namespace):
+    from minimodel.sampling import SamplingParams
+
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                          max_new_tokens=args.max_new_tokens, seed=args.seed)
+
+
+def _llm(args: argparse.Namespace):
+    import torch
+
+    from minimodel.engine import LLM
+
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    return LLM(args.model, device=args.device, dtype=dtype)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    params = _params(args)
+    llm = _llm(args)
+    for delta in llm.stream(args.prompt, params):
+        print(delta, end="", flush=True)
+    print()
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    params = _params(args)
+    llm = _llm(args)
+    messages: list[dict] = []
+    print("Chat with the model; an empty line or Ctrl-D ends.")
+    while True:
+        try:
+            line = input("you> ").strip()
+        except EOFError:
+            break
+        if not line:
+            break
+        messages.append({"role": "user", "content": line})
+        prompt = llm.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                   enable_thinking=args.think)
+        print("model> ", end="", flush=True)
+        reply = ""
+        for delta in llm.stream(prompt, params):
+            reply += delta
+            print(delta, end="", flush=True)
+        print()
+        messages.append({"role": "assistant", "content": reply})
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import torch
+
+    import minimodel
+    from minimodel.hub import minimodel_home
+
+    print(f"minimodel   {minimodel.__version__}")
+    print(f"python      {platform.python_version()} ({platform.machine()})")
+    print(f"torch       {torch.__version__}, {torch.get_num_threads()} CPU threads")
+    for name in ("transformers", "tokenizers", "flashinfer"):
+        try:
+            from importlib.metadata import version
+
+            dist = "flashinfer-python" if name == "flashinfer" else name
+            print(f"{name:<11} {version(dist)}")
+        except Exception:
+            print(f"{name:<11} not installed")
+    if torch.cuda.is_available():
+        print(f"device      cuda: {torch.cuda.get_device_name(0)}")
+    else:
+        print("device      cpu (no CUDA device visible)")
+    print(f"cache       {minimodel_home()}")
+    print(f"model       {DEFAULT_MODEL} (MINIMODEL_MODEL)")
+    from minimodel.engine.attention import backend_report
+
+    report = backend_report()
+    for name, line in report.items():
+        print(f"attention   {name}: {line}")
+    return 0
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    from minimodel.grading.notebooks import grade, score_table
+
+    report = grade(Path(args.path))
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        print(score_table(report))
+    return 0
+
+
+def cmd_exercises(args: argparse.Namespace) -> int:
+    from minimodel.grading.notebooks import sync_exercises
+
+    root = Path(args.root)
+    changed = sync_exercises(root / "solutions", root / "exercises", check_only=args.check)
+    for path in changed:
+        print(("out of date: " if args.check else "wrote ") + str(path))
+    if args.check and changed:
+        print("Run `python -m minimodel exercises` to regenerate them.")
+        return 1
+    if not changed:
+        print("exercises/ is up to date with solutions/")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from minimodel.bench import main as bench_main
+
+    return bench_main(args.rest) or 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="minimodel", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("generate", help="stream a completion of one prompt")
+    _sampling_args(p)
+    p.add_argument("prompt")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("chat", help="chat in the terminal with the chat template")
+    _sampling_args(p)
+    p.add_argument("--think", action="store_true", help="enable Qwen3's thinking mode")
+    p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("info", help="versions, device, cache folder, attention backends")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("grade", help="run notebooks and print a score table per exercise")
+    p.add_argument("path", help="a notebook or a folder of notebooks")
+    p.add_argument("--json", action="store_true", help="print JSON for a learning platform")
+    p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("exercises", help="regenerate exercises/ from solutions/")
+    p.add_argument("--root", default=".", help="the course folder (holds solutions/)")
+    p.add_argument("--check", action="store_true", help="only report out-of-date files")
+    p.set_defaults(func=cmd_exercises)
+
+    p = sub.add_parser("bench", help="engine vs transformers vs naive loop; see bench --help",
+                       add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

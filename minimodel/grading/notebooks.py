@@ -1,0 +1,97 @@
+"""Notebook tools: exercises generated from solutions, and grading of learners' notebooks."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+_REGION = re.compile(
+    rf"^(?P<indent>[ \t]*){re.escape(BEGIN)}[^\n]*\n.*?^[ \t]*{re.escape(END)}[^\n]*$",
+    re.DOTALL | re.MULTILINE,
+)
+STUB = 'raise NotImplementedError("your code here")'
+RESULTS_MARK = "MINIMODEL-GRADE-RESULTS:"
+
+
+def strip_solution(source: str) -> str:
+    """Replace every BEGIN/END SOLUTION region with a NotImplementedError stub (same indent)."""
+    if source.count(BEGIN) != source.count(END):
+        raise ValueError(f"unbalanced {BEGIN!r}/{END!r} markers in a cell:\n{source}")
+    return _REGION.sub(lambda m: m.group("indent") + STUB, source)
+
+
+def exercise_notebook(solution: dict) -> dict:
+    """The learner's copy of a solved notebook: solutions stubbed, outputs cleared."""
+    nb = json.loads(json.dumps(solution))
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        cell["source"] = strip_solution(source)
+        cell["outputs"] = []
+        cell["execution_count"] = None
+    return nb
+
+
+def _dump(nb: dict) -> str:
+    return json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def sync_exercises(solutions: Path, exercises: Path, check_only: bool = False) -> list[Path]:
+    """Write exercises/ from solutions/; return the files that were (or would be) changed."""
+    changed = []
+    for src in sorted(Path(solutions).glob("*.ipynb")):
+        target = Path(exercises) / src.name
+        text = _dump(exercise_notebook(json.loads(src.read_text(encoding="utf-8"))))
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            changed.append(target)
+            if not check_only:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text, encoding="utf-8")
+    return changed
+
+
+def grade_notebook(path: Path, timeout: int = 600) -> list[dict]:
+    """Execute one notebook and return the results of every check() it ran."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(str(path), as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "import json as _json, minimodel.grading as _g\n"
+        f"print({RESULTS_MARK!r} + _json.dumps([r.to_dict() for r in _g.results_log()]))"
+    ))
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            allow_errors=True, resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    for output in nb.cells[-1].get("outputs", []):
+        for line in output.get("text", "").splitlines():
+            if line.startswith(RESULTS_MARK):
+                return json.loads(line[len(RESULTS_MARK):])
+    raise RuntimeError(f"{path}: the notebook did not finish, so no results were collected")
+
+
+def grade(path: Path) -> dict[str, list[dict]]:
+    """Grade one notebook or every notebook in a folder: {notebook path: [exercise results]}."""
+    path = Path(path)
+    notebooks = sorted(path.rglob("*.ipynb")) if path.is_dir() else [path]
+    notebooks = [p for p in notebooks if ".ipynb_checkpoints" not in p.parts]
+    if not notebooks:
+        raise FileNotFoundError(f"No notebooks found at {path}")
+    return {str(p): grade_notebook(p) for p in notebooks}
+
+
+def score_table(report: dict[str, list[dict]]) -> str:
+    """A plain-text table: one row per notebook and exercise, with passed/total checks."""
+    rows = [("notebook", "exercise", "score", "status")]
+    for nb, results in report.items():
+        for r in results:
+            todo = any(c["status"] == "todo" for c in r["checks"])
+            status = "not implemented" if todo else ("pass" if r["passed"] else "fail")
+            rows.append((Path(nb).name, r["exercise"], f"{r['score']}/{r['total']}", status))
+        if not results:
+            rows.append((Path(nb).name, "-", "0/0", "no checks ran"))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
