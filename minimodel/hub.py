@@ -160,16 +160,25 @@ def write_checkpoint(
     write_tokenizer_files(folder)
 
 
+# Bump when what _build_once writes changes, so that caches built by older code are rebuilt.
+BUILD_VERSION = "1"
+_STAMP = ".minimodel-build"
+
+
 def _build_once(name: str, build) -> Path:
     """Build a model folder into the cache once; concurrent builders race on a rename."""
-    home = minimodel_home()
-    target = home / "models" / name
-    if (target / "model.safetensors").is_file():
+    target = minimodel_home() / "models" / name
+    stamp = target / _STAMP
+    if stamp.is_file() and stamp.read_text().strip() == BUILD_VERSION:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     try:
         build(tmp)
+        (tmp / _STAMP).write_text(BUILD_VERSION + "\n")
+        tmp.chmod(0o755)
+        if target.exists():  # built by older code: replace it
+            shutil.rmtree(target, ignore_errors=True)
         try:
             tmp.rename(target)
         except OSError:  # another process finished first; its folder is identical
