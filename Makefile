@@ -17,6 +17,7 @@ help:
 	@echo "make test    install and run every test: ruff, pytest, notebooks"
 	@echo "make bench   engine vs transformers vs the naive loop (docs/benchmarks.md)"
 	@echo "make book    build the book into book/_build/html"
+	@echo "make test-browser  run chapters in JupyterLab and open the book in headless chromium"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,14 +36,14 @@ lint: install
 	$(VENV)/bin/ruff check minimodel tests
 
 test-fast: install
-	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q tests
+	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q -m "not browser" tests
 
 notebooks: install
 	$(PY) -c "import minimodel as mm; mm.resolve_model('tiny')"
 	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q --nbval $(NBVAL) chapters solutions
 	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q --nbval-lax $(NBVAL) exercises
 
-test: lint test-fast notebooks
+test: lint test-fast notebooks test-browser
 
 exercises: install
 	$(PY) -m minimodel exercises
@@ -50,9 +51,36 @@ exercises: install
 bench: install
 	$(PY) -m minimodel bench
 
-book: install
+# The book's source folder is the repository root (chapters/ and docs/ are read in place);
+# book/_toc.yml is written from the chapters present, so the book builds at every stage;
+# --all writes every page again (~15 s), so each page's chapter list matches the chapters present.
+BOOK_STAMP := $(VENV)/.installed-book
+$(BOOK_STAMP): $(STAMP) pyproject.toml constraints.txt
 	$(PIP_INSTALL) -e ".[book]"
-	$(VENV)/bin/jupyter-book build book
+	@touch $@
+
+book: $(BOOK_STAMP)
+	$(PY) scripts/book_toc.py
+	$(VENV)/bin/jupyter-book build . --all --config book/_config.yml --toc book/_toc.yml \
+		--path-output book
+	@echo "book: open book/_build/html/index.html"
+
+.PHONY: browser-deps test-browser
+# Debian's chromium for tests/test_browser.py, and CJK fonts so that 中文 renders in screenshots.
+# Needs root (CI is); elsewhere it says so, and the browser test skips, saying why.
+BROWSER_PKGS := chromium chromium-driver fonts-noto-cjk
+browser-deps:
+	@if dpkg -s $(BROWSER_PKGS) >/dev/null 2>&1; then \
+		echo "browser-deps: $$(chromium --version 2>/dev/null)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			$(BROWSER_PKGS)) || echo "browser-deps: apt-get failed; the browser test will skip"; \
+	else echo "browser-deps: run 'sudo apt-get install $(BROWSER_PKGS)' for the browser test" \
+		"(without chromium it skips)"; fi
+
+# The browser test: JupyterLab runs chapters in headless chromium; the built book is opened.
+test-browser: book browser-deps
+	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q -m browser tests/test_browser.py
 
 clean:
 	rm -rf $(VENV) book/_build build .pytest_cache

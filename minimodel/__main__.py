@@ -87,12 +87,12 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"minimodel   {minimodel.__version__}")
     print(f"python      {platform.python_version()} ({platform.machine()})")
     print(f"torch       {torch.__version__}, {torch.get_num_threads()} CPU threads")
+    from importlib.metadata import version
+
     for name in ("transformers", "tokenizers", "flashinfer"):
         try:
-            from importlib.metadata import version
-
             dist = "flashinfer-python" if name == "flashinfer" else name
-            print(f"{name:<11} {version(dist)}")
+            print(f"{name:<12}{version(dist)}")
         except Exception:
             print(f"{name:<11} not installed")
     if torch.cuda.is_available():
@@ -104,8 +104,12 @@ def cmd_info(args: argparse.Namespace) -> int:
     from minimodel.engine.attention import backend_report
 
     report = backend_report()
-    for name, line in report.items():
-        print(f"attention   {name}: {line}")
+    for name, backend in report["backends"].items():
+        state = "available" if backend["available"] else "unavailable"
+        print(f"attention   {name}: {state} ({backend['reason']})")
+    print(f"auto picks  {report['auto']['backend']} ({report['auto']['reason']})")
+    graphs = report["cuda_graphs"]
+    print(f"cuda graphs {'on' if graphs['available'] else 'off'} ({graphs['reason']})")
     return 0
 
 
