@@ -1,0 +1,349 @@
+"""Chapter 07's checks: every wrong implementation learners write fails, every right one passes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minimodel.engine.attention import build_metadata
+from minimodel.grading import check
+
+# --- ch07.kv_bytes_per_token -----------------------------------------------------------------
+
+
+def kv_bytes_solution(num_layers, num_kv_heads, head_dim, dtype_bytes):
+    return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes
+
+
+def kv_bytes_prod(num_layers, num_kv_heads, head_dim, dtype_bytes):
+    return math.prod([2, num_layers, num_kv_heads, head_dim, dtype_bytes])
+
+
+def kv_bytes_tensor(num_layers, num_kv_heads, head_dim, dtype_bytes):
+    """Sizes a real [L, 2, Hkv, D] cache row and asks torch how many bytes it holds."""
+    dtype = {1: torch.uint8, 2: torch.bfloat16, 4: torch.float32}[dtype_bytes]
+    row = torch.empty(num_layers, 2, num_kv_heads, head_dim, dtype=dtype, device="meta")
+    return row.numel() * row.element_size()
+
+
+KV_BYTES_MUTANTS = {
+    "factor 2 forgotten (only K)": lambda L, H, D, b: L * H * D * b,
+    "factor 2 twice": lambda L, H, D, b: 4 * L * H * D * b,
+    "bits instead of bytes": lambda L, H, D, b: 2 * L * H * D * b * 8,
+    "layers forgotten": lambda L, H, D, b: 2 * H * D * b,
+    "dtype forgotten": lambda L, H, D, b: 2 * L * H * D,
+    "float result": lambda L, H, D, b: 2.0 * L * H * D * b,
+    "divides by 1": lambda L, H, D, b: 2 * L * H * D * b / 1,
+    "tensor result": lambda L, H, D, b: torch.tensor(2 * L * H * D * b),
+    "head_dim squared": lambda L, H, D, b: 2 * L * H * D * D * b,
+    "sums instead of multiplies": lambda L, H, D, b: 2 * (L + H + D + b),
+    "hard-coded Qwen3-0.6B bf16": lambda L, H, D, b: 114688,
+    "KiB instead of bytes": lambda L, H, D, b: 2 * L * H * D * b // 1024,
+}
+
+
+@pytest.mark.parametrize("fn", [kv_bytes_solution, kv_bytes_prod, kv_bytes_tensor])
+def test_kv_bytes_correct(fn):
+    assert check("ch07.kv_bytes_per_token", fn).passed
+
+
+@pytest.mark.parametrize("name", KV_BYTES_MUTANTS)
+def test_kv_bytes_mutants(name):
+    assert not check("ch07.kv_bytes_per_token", KV_BYTES_MUTANTS[name]).passed
+
+
+# --- ch07.paged_metadata --------------------------------------------------------------------------
+
+
+def md_solution(seq_lens, pages, page_size):
+    counts = [-(-n // page_size) for n in seq_lens]
+    kv_indptr = torch.zeros(len(seq_lens) + 1, dtype=torch.int32)
+    kv_indptr[1:] = torch.tensor(counts).cumsum(0)
+    kv_indices = torch.tensor([p for own, c in zip(pages, counts) for p in own[:c]],
+                              dtype=torch.int32)
+    kv_last_page_len = torch.tensor([n - (c - 1) * page_size for n, c in zip(seq_lens, counts)],
+                                    dtype=torch.int32)
+    return kv_indptr, kv_indices, kv_last_page_len
+
+
+def md_loop(seq_lens, pages, page_size):
+    indptr, indices, last = [0], [], []
+    for n, own in zip(seq_lens, pages):
+        used = math.ceil(n / page_size)
+        indices.extend(own[:used])
+        indptr.append(indptr[-1] + used)
+        last.append((n - 1) % page_size + 1)
+    return (torch.tensor(indptr, dtype=torch.int32), torch.tensor(indices, dtype=torch.int32),
+            torch.tensor(last, dtype=torch.int32))
+
+
+def md_vectorised(seq_lens, pages, page_size):
+    lens = torch.tensor(seq_lens)
+    counts = (lens + page_size - 1) // page_size
+    indptr = F.pad(counts.cumsum(0), (1, 0)).int()
+    indices = torch.cat([torch.tensor(p[:c], dtype=torch.int64)
+                         for p, c in zip(pages, counts.tolist())]).int()
+    last = torch.where(lens % page_size == 0, page_size, lens % page_size).int()
+    return indptr, indices, last
+
+
+def md_engine(seq_lens, pages, page_size):
+    """The engine's own builder (q_lens do not matter for the kv arrays)."""
+    md = build_metadata(pages, seq_lens, seq_lens, page_size)
+    return md.kv_indptr, md.kv_indices, md.kv_last_page_len
+
+
+def _md_mutant(counts="ceil", cumulative=True, last="ok", dtype=torch.int32, all_pages=False,
+               leading_zero=True, order="ok"):
+    def fn(seq_lens, pages, page_size):
+        c = [(-(-n // page_size) if counts == "ceil" else n // page_size) for n in seq_lens]
+        if all_pages:
+            c = [len(p) for p in pages]
+        running = list(torch.tensor(c).cumsum(0).tolist()) if cumulative else c
+        indptr = ([0] if leading_zero else []) + running
+        listed = [own[:k] for own, k in zip(pages, c)]
+        if order == "sorted":
+            listed = [sorted(x) for x in listed]
+        if order == "reversed":
+            listed = [x[::-1] for x in listed]
+        indices = [p for x in listed for p in x]
+        if last == "mod":
+            lp = [n % page_size for n in seq_lens]
+        elif last == "plus_one":
+            lp = [n % page_size + 1 for n in seq_lens]
+        elif last == "full":
+            lp = [page_size] * len(seq_lens)
+        else:
+            lp = [(n - 1) % page_size + 1 for n in seq_lens]
+        return (torch.tensor(indptr, dtype=dtype), torch.tensor(indices, dtype=dtype),
+                torch.tensor(lp, dtype=dtype))
+
+    return fn
+
+
+def md_mutates_pages(seq_lens, pages, page_size):
+    for own, n in zip(pages, seq_lens):
+        del own[-(-n // page_size):]  # "drop the spare pages" in place
+    return md_solution(seq_lens, pages, page_size)
+
+
+MD_MUTANTS = {
+    "int64 dtype": _md_mutant(dtype=torch.int64),
+    "indptr not cumulative": _md_mutant(cumulative=False),
+    "indptr without the leading 0": _md_mutant(leading_zero=False),
+    "floor instead of ceil": _md_mutant(counts="floor"),
+    "last_page_len 0 for full pages": _md_mutant(last="mod"),
+    "last_page_len len % S + 1": _md_mutant(last="plus_one"),
+    "last_page_len always page_size": _md_mutant(last="full"),
+    "all owned pages listed": _md_mutant(all_pages=True),
+    "pages sorted": _md_mutant(order="sorted"),
+    "pages reversed": _md_mutant(order="reversed"),
+    "returns lists": lambda s, p, S: tuple(t.tolist() for t in md_solution(s, p, S)),
+    "mutates the page tables": md_mutates_pages,
+}
+
+
+@pytest.mark.parametrize("fn", [md_solution, md_loop, md_vectorised, md_engine])
+def test_paged_metadata_correct(fn):
+    assert check("ch07.paged_metadata", fn).passed
+
+
+@pytest.mark.parametrize("name", MD_MUTANTS)
+def test_paged_metadata_mutants(name):
+    assert not check("ch07.paged_metadata", MD_MUTANTS[name]).passed
+
+
+def test_paged_metadata_hints():
+    result = check("ch07.paged_metadata", MD_MUTANTS["all owned pages listed"])
+    assert any("owns" in o.message for o in result.outcomes)
+    result = check("ch07.paged_metadata", MD_MUTANTS["last_page_len 0 for full pages"])
+    assert any("full" in o.message for o in result.outcomes)
+    result = check("ch07.paged_metadata", MD_MUTANTS["indptr not cumulative"])
+    assert any("cumulative" in o.message for o in result.outcomes)
+
+
+# --- ch07.slot_mapping ----------------------------------------------------------------------------
+
+
+def slots_solution(seq_lens, q_lens, pages, page_size):
+    slots = []
+    for n, q, own in zip(seq_lens, q_lens, pages):
+        for pos in range(n - q, n):
+            slots.append(own[pos // page_size] * page_size + pos % page_size)
+    return torch.tensor(slots, dtype=torch.long)
+
+
+def slots_vectorised(seq_lens, q_lens, pages, page_size):
+    out = []
+    for n, q, own in zip(seq_lens, q_lens, pages):
+        pos = torch.arange(n - q, n)
+        table = torch.tensor(own)
+        out.append(table[pos // page_size] * page_size + pos % page_size)
+    return torch.cat(out)
+
+
+def slots_engine(seq_lens, q_lens, pages, page_size):
+    return build_metadata(pages, seq_lens, q_lens, page_size).slot_mapping
+
+
+def _slots_mutant(start="ok", multiply=True, swap=False, dtype=torch.long):
+    def fn(seq_lens, q_lens, pages, page_size):
+        slots = []
+        for n, q, own in zip(seq_lens, q_lens, pages):
+            first = {"ok": n - q, "zero": 0, "n": n - q + 1}[start]
+            for pos in range(first, first + q):
+                page, offset = (pos % page_size, pos // page_size) if swap else (
+                    pos // page_size, pos % page_size)
+                page = own[min(page, len(own) - 1)]
+                slots.append(page * page_size + offset if multiply else page + offset)
+        return torch.tensor(slots, dtype=dtype)
+
+    return fn
+
+
+SLOT_MUTANTS = {
+    "positions, not slots": lambda s, q, p, S: torch.tensor(
+        [pos for n, k in zip(s, q) for pos in range(n - k, n)]),
+    "new tokens from position 0": _slots_mutant(start="zero"),
+    "one position too far": _slots_mutant(start="n"),
+    "page id not multiplied": _slots_mutant(multiply=False),
+    "page and offset swapped": _slots_mutant(swap=True),
+    "int32 dtype": _slots_mutant(dtype=torch.int32),
+    "pages of request 0 for all": lambda s, q, p, S: slots_solution(s, q, [p[0]] * len(p), S),
+    "every token of the sequence": lambda s, q, p, S: slots_solution(s, s, p, S),
+}
+
+
+@pytest.mark.parametrize("fn", [slots_solution, slots_vectorised, slots_engine])
+def test_slot_mapping_correct(fn):
+    assert check("ch07.slot_mapping", fn).passed
+
+
+@pytest.mark.parametrize("name", SLOT_MUTANTS)
+def test_slot_mapping_mutants(name):
+    assert not check("ch07.slot_mapping", SLOT_MUTANTS[name]).passed
+
+
+# --- ch07.cached_attention ------------------------------------------------------------------------
+
+
+def cached_solution(q, k, v):
+    Q, Hq, D = q.shape
+    K, Hkv, _ = k.shape
+    k = k.repeat_interleave(Hq // Hkv, dim=1)  # [K, Hq, D]
+    v = v.repeat_interleave(Hq // Hkv, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k.float()) / math.sqrt(D)  # [Hq, Q, K]
+    mask = torch.arange(K)[None, :] <= torch.arange(K - Q, K)[:, None]  # [Q, K]
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v.float()).to(q.dtype)
+
+
+def cached_sdpa(q, k, v):
+    """SDPA with an explicit bottom-right mask (is_causal=True would be top-left)."""
+    Q, K = q.shape[0], k.shape[0]
+    mask = torch.ones(Q, K, dtype=torch.bool).tril(diagonal=K - Q)
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, enable_gqa=True
+    )
+    return out.transpose(0, 1)
+
+
+def cached_loop(q, k, v):
+    """Token by token, head by head, in the input dtype."""
+    Q, Hq, D = q.shape
+    K, Hkv, _ = k.shape
+    out = torch.empty_like(q)
+    for j in range(Q):
+        seen = K - Q + j + 1
+        for h in range(Hq):
+            kv = h * Hkv // Hq
+            w = torch.softmax((k[:seen, kv] @ q[j, h]).float() * D**-0.5, dim=0)
+            out[j, h] = (w[:, None] * v[:seen, kv].float()).sum(0).to(q.dtype)
+    return out
+
+
+def cached_grouped(q, k, v):
+    """Group query heads by KV head instead of repeating K/V; additive mask."""
+    Q, Hq, D = q.shape
+    K, Hkv, _ = k.shape
+    G = Hq // Hkv
+    qg = q.float().reshape(Q, Hkv, G, D)
+    scores = torch.einsum("qkgd,skd->kgqs", qg, k.float()) * D**-0.5  # [Hkv, G, Q, K]
+    pos = torch.arange(K)
+    bias = torch.zeros(Q, K).masked_fill(pos[None] > (K - Q + torch.arange(Q))[:, None],
+                                          float("-inf"))
+    out = torch.einsum("kgqs,skd->qkgd", (scores + bias).softmax(-1), v.float())
+    return out.reshape(Q, Hq, D).to(q.dtype)
+
+
+def _cached_mutant(mask="bottom_right", scale="sqrt", order="interleave", softmax_dim=-1):
+    def fn(q, k, v):
+        Q, Hq, D = q.shape
+        K, Hkv, _ = k.shape
+        G = Hq // Hkv
+        if order == "interleave":
+            k, v = k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)
+        elif order == "tile":
+            k, v = k.repeat(1, G, 1), v.repeat(1, G, 1)
+        qh, kh, vh = q.float().transpose(0, 1), k.float().transpose(0, 1), v.float().transpose(0, 1)
+        s = {"sqrt": D**-0.5, "none": 1.0, "D": 1.0 / D, "times": D**0.5}[scale]
+        scores = qh @ kh.transpose(-1, -2) * s  # [Hq, Q, K]
+        if mask == "bottom_right":
+            m = torch.ones(Q, K, dtype=torch.bool).tril(K - Q)
+        elif mask == "top_left":
+            m = torch.ones(Q, K, dtype=torch.bool).tril()
+        elif mask == "inverted":
+            m = ~torch.ones(Q, K, dtype=torch.bool).tril(K - Q)
+        elif mask == "off_by_one":
+            m = torch.ones(Q, K, dtype=torch.bool).tril(K - Q - 1)
+            m[:, 0] = True
+        else:
+            m = torch.ones(Q, K, dtype=torch.bool)
+        scores = scores.masked_fill(~m, float("-inf"))
+        return (scores.softmax(softmax_dim).nan_to_num(0) @ vh).transpose(0, 1).to(q.dtype)
+
+    return fn
+
+
+def cached_sdpa_is_causal(q, k, v):
+    return F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
+    ).transpose(0, 1)
+
+
+CACHED_MUTANTS = {
+    "top-left causal": _cached_mutant(mask="top_left"),
+    "SDPA is_causal=True (top-left)": cached_sdpa_is_causal,
+    "no mask": _cached_mutant(mask="none"),
+    "mask one key short": _cached_mutant(mask="off_by_one"),
+    "missing scale": _cached_mutant(scale="none"),
+    "scale 1/D": _cached_mutant(scale="D"),
+    "scores times sqrt(D)": _cached_mutant(scale="times"),
+    "mask inverted": _cached_mutant(mask="inverted"),
+    "K/V heads tiled (0,1,0,1)": _cached_mutant(order="tile"),
+    "softmax over queries": _cached_mutant(softmax_dim=-2),
+    "returns float32 always": lambda q, k, v: cached_solution(q, k, v).float(),
+    "only the last query": lambda q, k, v: cached_solution(q, k, v)[-1:].expand_as(q),
+}
+
+
+@pytest.mark.parametrize("fn", [cached_solution, cached_sdpa, cached_loop, cached_grouped])
+def test_cached_attention_correct(fn):
+    assert check("ch07.cached_attention", fn).passed
+
+
+@pytest.mark.parametrize("name", CACHED_MUTANTS)
+def test_cached_attention_mutants(name):
+    assert not check("ch07.cached_attention", CACHED_MUTANTS[name]).passed
+
+
+def test_cached_attention_hints():
+    result = check("ch07.cached_attention", CACHED_MUTANTS["top-left causal"])
+    assert any("top-left" in o.message for o in result.outcomes)
+    result = check("ch07.cached_attention", CACHED_MUTANTS["missing scale"])
+    assert any("1/sqrt(D)" in o.message for o in result.outcomes)
+    result = check("ch07.cached_attention", CACHED_MUTANTS["K/V heads tiled (0,1,0,1)"])
+    assert any("h // (Hq // Hkv)" in o.message for o in result.outcomes)
