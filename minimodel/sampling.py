@@ -26,6 +26,15 @@ class SamplingParams:
     logprobs: bool = False  # return the log-probability of each generated token
 
     def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field and its range if a value is invalid.
+
+        Runs on construction; the engine runs it again when a request is submitted, since a
+        dataclass field can be changed after construction.
+        """
+
         def bad(field: str, value: object, rule: str) -> ValueError:
             return ValueError(f"SamplingParams.{field} must be {rule}, got {value!r}.")
 
@@ -113,10 +122,14 @@ class Sampler:
             sub = logits[rows] / torch.tensor(
                 [params[i].temperature for i in sampled], device=logits.device
             )[:, None]
-            sub = top_k_filter(sub, torch.tensor([params[i].top_k for i in sampled],
-                                                 device=logits.device))
-            sub = top_p_filter(sub, torch.tensor([params[i].top_p for i in sampled],
-                                                 device=logits.device, dtype=torch.float32))
+            top_k = [params[i].top_k for i in sampled]
+            top_p = [params[i].top_p for i in sampled]
+            # Both filters sort the whole vocabulary: skip them when no row asks for them.
+            if any(k > 0 for k in top_k):
+                sub = top_k_filter(sub, torch.tensor(top_k, device=logits.device))
+            if any(p < 1.0 for p in top_p):
+                sub = top_p_filter(sub, torch.tensor(top_p, device=logits.device,
+                                                     dtype=torch.float32))
             probs = sub.softmax(dim=-1)
             # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p. Each row's noise
             # comes from its own generator, so a seeded row ignores what else is in the batch.

@@ -1,0 +1,43 @@
+"""The engine of chapters 7-8: packed batches, paged KV cache, continuous batching.
+
+Modules, one idea each:
+    model.py        Qwen3 on the packed [N, C] layout (merged projections, fused norms)
+    kv_cache.py     the page pool per layer and the page allocator
+    attention.py    per-step attention metadata and the torch / flashinfer backends
+    sequence.py     one request inside the engine
+    scheduler.py    continuous batching: admission, chunked prefill, decode, preemption
+    runner.py       one scheduled batch -> model forward -> sampled tokens
+    detokenizer.py  incremental text that never splits a character
+    cuda_graph.py   decode CUDA graphs per batch size
+    llm.py          LLM, RequestOutput, generate / stream / step
+"""
+
+from minimodel.engine.attention import (
+    AttentionMetadata,
+    FlashInferBackend,
+    TorchBackend,
+    backend_report,
+    build_metadata,
+)
+from minimodel.engine.kv_cache import KVCache, PageAllocator
+from minimodel.engine.llm import LLM, RequestMetrics, RequestOutput
+from minimodel.engine.model import Qwen3ForCausalLM
+from minimodel.engine.scheduler import ScheduledBatch, Scheduler
+from minimodel.engine.sequence import Sequence
+
+__all__ = [
+    "LLM",
+    "AttentionMetadata",
+    "FlashInferBackend",
+    "KVCache",
+    "PageAllocator",
+    "Qwen3ForCausalLM",
+    "RequestMetrics",
+    "RequestOutput",
+    "ScheduledBatch",
+    "Scheduler",
+    "Sequence",
+    "TorchBackend",
+    "backend_report",
+    "build_metadata",
+]

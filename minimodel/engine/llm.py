@@ -1,0 +1,356 @@
+"""LLM: the user-facing engine. Requests in, RequestOutputs (or streamed text) out.
+
+    llm = LLM("tiny")
+    outs = llm.generate(["Hello", [1, 2, 3]], SamplingParams(max_new_tokens=16))
+
+The engine loop is `step()`: schedule -> run -> postprocess -> collect finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from collections.abc import Sequence as SequenceABC
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from minimodel.config import Qwen3Config
+from minimodel.engine.attention import select_backend
+from minimodel.engine.detokenizer import IncrementalDetokenizer
+from minimodel.engine.kv_cache import KVCache, PageAllocator, pages_needed
+from minimodel.engine.model import Qwen3ForCausalLM
+from minimodel.engine.runner import ModelRunner
+from minimodel.engine.scheduler import ScheduledBatch, Scheduler
+from minimodel.engine.sequence import Sequence
+from minimodel.hub import resolve_model
+from minimodel.sampling import SamplingParams
+from minimodel.tokenizer import Tokenizer, load_tokenizer
+
+Prompt = str | list[int]
+
+CPU_KV_CACHE_BYTES = 1 << 30  # default pool budget on CPU: 1 GiB
+GPU_MEMORY_UTILIZATION = 0.9  # default on CUDA: the pool takes what is left up to 90% of memory
+
+
+@dataclass
+class RequestMetrics:
+    """Timing and sizes of one request (seconds, tokens)."""
+
+    ttft_s: float  # arrival -> first generated token
+    tpot_s: float  # mean time per output token after the first
+    e2e_s: float  # arrival -> finish
+    prompt_tokens: int
+    generated_tokens: int
+    num_preemptions: int
+
+
+@dataclass
+class RequestOutput:
+    """The result of one request."""
+
+    request_id: int
+    prompt_token_ids: list[int]
+    token_ids: list[int]  # generated ids only; EOS included when it ended the request
+    text: str  # detokenized generated text, cut before a stop string ("" without a tokenizer)
+    finish_reason: str  # "stop" (EOS or stop string) | "length"
+    logprobs: list[float] | None  # log p of each generated token, with params.logprobs
+    metrics: RequestMetrics
+
+
+def _resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype:
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, str):
+        if not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise ValueError(f"Unknown dtype {dtype!r}; use 'float32', 'bfloat16' or 'float16'.")
+        dtype = getattr(torch, dtype)
+    return dtype
+
+
+def _eos_token_ids(folder: Path, cfg: Qwen3Config) -> set[int]:
+    """EOS ids from generation_config.json when present (Qwen3: two of them), else config."""
+    eos = cfg.eos_token_id
+    file = folder / "generation_config.json"
+    if file.is_file():
+        eos = json.loads(file.read_text(encoding="utf-8")).get("eos_token_id", eos)
+    if eos is None:
+        return set()
+    return {eos} if isinstance(eos, int) else set(eos)
+
+
+class LLM:
+    """A Qwen3 inference engine: paged KV cache, continuous batching, packed batches.
+
+    model: a name or folder for `resolve_model` ("tiny", "random:qwen3-0.6b", a path).
+    device/dtype: default CUDA + bfloat16 when available, else CPU + float32.
+    attention_backend: "auto" (FlashInfer on CUDA when it imports, else torch), "torch",
+        "flashinfer"; `self.backend_reason` says why.
+    page_size: tokens per KV page (any >= 1). num_pages: pool size; None sizes it from
+        kv_cache_bytes (default 1 GiB on CPU, the free memory up to 90% on CUDA).
+    max_num_seqs: requests running at once. max_num_batched_tokens: tokens per step (longer
+        prompts are prefilled in chunks). max_model_len: context limit (default: the config's).
+    enforce_eager: no CUDA graphs. skip_tokenizer_init: token-id prompts only, text is "".
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] = "tiny",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | str | None = None,
+        attention_backend: str = "auto",
+        page_size: int = 16,
+        max_num_seqs: int = 64,
+        num_pages: int | None = None,
+        max_num_batched_tokens: int = 4096,
+        max_model_len: int | None = None,
+        kv_cache_bytes: int | None = None,
+        enforce_eager: bool = False,
+        skip_tokenizer_init: bool = False,
+    ) -> None:
+        for name, value in (("page_size", page_size), ("max_num_seqs", max_num_seqs),
+                            ("max_num_batched_tokens", max_num_batched_tokens)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+        self.folder = resolve_model(model)
+        self.cfg = Qwen3Config.from_pretrained(self.folder)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dtype = _resolve_dtype(dtype, self.device)
+        self.max_model_len = min(max_model_len or self.cfg.max_position_embeddings,
+                                 self.cfg.max_position_embeddings)
+        self.backend_name, self.backend_reason = select_backend(attention_backend, self.device)
+        self.model = Qwen3ForCausalLM.from_pretrained(
+            self.folder, self.dtype, self.device, max_positions=self.max_model_len
+        )
+        if num_pages is None:
+            num_pages = self._pages_from_budget(page_size, max_num_seqs, kv_cache_bytes)
+        self.kv_cache = KVCache(self.cfg, num_pages, page_size, self.dtype, self.device)
+        self.allocator = PageAllocator(num_pages)
+        self.runner = ModelRunner(self.model, self.kv_cache, self.backend_name, self.dtype)
+        self.cuda_graphs_reason = self._setup_cuda_graphs(enforce_eager, max_num_seqs)
+        self.scheduler = Scheduler(
+            self.allocator, page_size, max_num_seqs, max_num_batched_tokens,
+            self.max_model_len, _eos_token_ids(self.folder, self.cfg),
+        )
+        self.skip_tokenizer_init = skip_tokenizer_init
+        self._tokenizer: Tokenizer | None = None
+        self._next_id = 0
+        self._active: dict[int, Sequence] = {}
+        self._unclaimed: list[RequestOutput] = []  # finished during another call's generate()
+        self.last_batch: ScheduledBatch | None = None  # what the latest step ran (for tracing)
+
+    # --- set-up --------------------------------------------------------------------------
+
+    def _pages_from_budget(self, page_size: int, max_num_seqs: int, budget: int | None) -> int:
+        if budget is None:
+            if self.device.type == "cuda":
+                free, total = torch.cuda.mem_get_info(self.device)
+                budget = int(free - (1 - GPU_MEMORY_UTILIZATION) * total)
+            else:
+                budget = CPU_KV_CACHE_BYTES
+        # Never more than max_num_seqs full-length requests could use.
+        most = max_num_seqs * pages_needed(self.max_model_len, page_size)
+        pages = min(KVCache.num_pages_for_budget(self.cfg, page_size, self.dtype, budget), most)
+        if pages < 1:
+            raise ValueError(f"A KV cache budget of {budget} bytes holds no page; raise it.")
+        return pages
+
+    def _setup_cuda_graphs(self, enforce_eager: bool, max_num_seqs: int) -> str:
+        if enforce_eager:
+            return "off: enforce_eager=True"
+        if self.device.type != "cuda":
+            return f"off: device is {self.device.type}, graphs need CUDA"
+        if self.backend_name != "flashinfer":
+            return "off: graphs are captured with the flashinfer backend only"
+        padding_page = self.allocator.allocate(1)[0]  # dummy rows of padded batches write here
+        self.runner.capture_cuda_graphs(max_num_seqs, padding_page)
+        return f"on: decode graphs for batch sizes {self.runner.graphs.batch_sizes}"
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The checkpoint's tokenizer, loaded on first use."""
+        if self.skip_tokenizer_init:
+            raise ValueError("This LLM was built with skip_tokenizer_init=True: it takes token-id "
+                             "prompts only and has no text; drop the flag to use text.")
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.folder)
+        return self._tokenizer
+
+    # --- requests ------------------------------------------------------------------------
+
+    def _make_sequence(self, prompt: Prompt, params: SamplingParams, stream: bool) -> Sequence:
+        """Check one request completely, before anything is queued; raise ValueError if bad."""
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}.")
+        params.validate()
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, (list, tuple)) and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in prompt
+        ):
+            ids = list(prompt)
+        else:
+            raise ValueError(
+                f"A prompt must be a str or a list of int token ids, got {type(prompt).__name__}."
+            )
+        if not ids:
+            raise ValueError("The prompt is empty: give at least one token.")
+        bad = [t for t in ids if not 0 <= t < self.cfg.vocab_size]
+        if bad:
+            raise ValueError(f"Token id {bad[0]} is outside the vocabulary [0, "
+                             f"{self.cfg.vocab_size}).")
+        if len(ids) > self.max_model_len:
+            raise ValueError(f"The prompt has {len(ids)} tokens, more than the context length "
+                             f"max_model_len={self.max_model_len}; shorten it.")
+        if pages_needed(len(ids) + 1, self.kv_cache.page_size) > self.allocator.num_pages:
+            raise ValueError(
+                f"The prompt ({len(ids)} tokens) does not fit in the KV cache "
+                f"({self.allocator.num_pages} pages of {self.kv_cache.page_size}); "
+                "raise num_pages or kv_cache_bytes."
+            )
+        if params.stop and self.skip_tokenizer_init:
+            raise ValueError("Stop strings need a tokenizer; this LLM has skip_tokenizer_init.")
+        needs_text = stream or bool(params.stop)
+        seq = Sequence(
+            self._next_id, ids, params,
+            generator=self.runner.sampler.make_generator(params.seed),
+            detokenizer=IncrementalDetokenizer(self.tokenizer) if needs_text else None,
+        )
+        self._next_id += 1
+        return seq
+
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None) -> int:
+        """Queue one request (after checking it); returns its request_id."""
+        return self._add([self._make_sequence(prompt, params or SamplingParams(), False)])[0]
+
+    def _add(self, seqs: list[Sequence]) -> list[int]:
+        for seq in seqs:
+            self._active[seq.request_id] = seq
+            if seq.params.max_new_tokens == 0:
+                self.scheduler.finish(seq, "length")  # nothing to generate
+            else:
+                self.scheduler.add(seq)
+        return [s.request_id for s in seqs]
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # --- the engine loop -------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Run one step; return the requests that finished (in any earlier step too)."""
+        batch = self.scheduler.schedule()
+        self.last_batch = batch
+        if batch is not None:
+            tokens, logprobs = self.runner.run(batch)
+            self.scheduler.postprocess(batch, tokens, logprobs)
+        elif self.scheduler.has_unfinished():
+            raise RuntimeError(f"The scheduler cannot make progress: {self.scheduler.waiting}")
+        return self._collect_finished()
+
+    def _collect_finished(self) -> list[RequestOutput]:
+        done = [s for s in self._active.values() if s.is_finished]
+        outputs = self._unclaimed + [self._output(s) for s in done]
+        self._unclaimed = []
+        for seq in done:
+            del self._active[seq.request_id]
+        return outputs
+
+    def _output(self, seq: Sequence) -> RequestOutput:
+        if seq.detokenizer is not None:
+            seq.detokenizer.flush()
+            text = seq.detokenizer.text[: seq.stop_text_len]
+        else:
+            text = "" if self.skip_tokenizer_init else self.tokenizer.decode(seq.output_token_ids)
+        first = seq.first_token_time or seq.finish_time
+        n = seq.num_output_tokens
+        return RequestOutput(
+            request_id=seq.request_id,
+            prompt_token_ids=seq.token_ids[: seq.num_prompt_tokens],
+            token_ids=seq.output_token_ids,
+            text=text,
+            finish_reason=seq.finish_reason or "length",
+            logprobs=list(seq.logprobs) if seq.params.logprobs else None,
+            metrics=RequestMetrics(
+                ttft_s=first - seq.arrival_time,
+                tpot_s=(seq.finish_time - first) / (n - 1) if n > 1 else 0.0,
+                e2e_s=seq.finish_time - seq.arrival_time,
+                prompt_tokens=seq.num_prompt_tokens,
+                generated_tokens=n,
+                num_preemptions=seq.num_preemptions,
+            ),
+        )
+
+    # --- convenience -----------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: Prompt | SequenceABC[Prompt],
+        params: SamplingParams | SequenceABC[SamplingParams] | None = None,
+        use_tqdm: bool | None = None,
+    ) -> list[RequestOutput]:
+        """Run prompts (str or token-id lists) to completion; outputs in prompt order.
+
+        params: one SamplingParams for all, or one per prompt. Every request is checked before
+        any is queued. use_tqdm: a progress bar (default: for 16 prompts or more).
+        """
+        if isinstance(prompts, str) or (
+            isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
+        ):
+            prompts = [prompts]  # one prompt
+        prompts = list(prompts)
+        params = params if params is not None else SamplingParams()
+        if isinstance(params, SamplingParams):
+            params = [params] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"Got {len(prompts)} prompts but {len(params)} SamplingParams.")
+        ids = self._add([self._make_sequence(p, sp, False) for p, sp in zip(prompts, params,
+                                                                              strict=True)])
+        wanted = set(ids)
+        results: dict[int, RequestOutput] = {}
+        bar = None
+        if use_tqdm or (use_tqdm is None and len(prompts) >= 16):
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(prompts), desc="generate", unit="req")
+        while len(results) < len(ids):
+            for out in self.step():
+                if out.request_id in wanted:
+                    results[out.request_id] = out
+                    if bar is not None:
+                        bar.update(1)
+                else:
+                    self._unclaimed.append(out)
+        if bar is not None:
+            bar.close()
+        return [results[i] for i in ids]
+
+    def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
+        """Yield the generated text in pieces as it is produced; "".join(pieces) == the text.
+
+        A piece never ends inside a multi-byte character. With stop strings, the last
+        len(stop) - 1 characters are held back until it is clear they do not start one.
+        """
+        params = params or SamplingParams()
+        seq = self._make_sequence(prompt, params, stream=True)
+        self._add([seq])
+        hold = max((len(s) for s in params.stop or []), default=1) - 1
+        sent = 0
+        while not seq.is_finished:
+            for out in self.step():
+                if out.request_id != seq.request_id:
+                    self._unclaimed.append(out)
+            if seq.is_finished:
+                break
+            text = seq.detokenizer.text  # type: ignore[union-attr]
+            ready = len(text) - hold
+            if ready > sent:
+                yield text[sent:ready]
+                sent = ready
+        self._active.pop(seq.request_id, None)  # finished before any step (max_new_tokens=0)
+        seq.detokenizer.flush()  # type: ignore[union-attr]
+        final = seq.detokenizer.text[: seq.stop_text_len]  # type: ignore[union-attr]
+        if len(final) > sent:
+            yield final[sent:]

@@ -1,0 +1,187 @@
+"""Qwen3 on the packed layout: all new tokens of a step in one [N, C] tensor, one row each.
+
+Differences from the reference model (minimodel/reference/model.py), each for speed:
+- no batch dim and no padding: requests are concatenated, and `AttentionMetadata` says which
+  rows belong to which request;
+- q/k/v and gate/up are merged into one matmul each (`qkv_proj`, `gate_up_proj`);
+- the residual add is fused into the next RMSNorm (`ops.fused_add_rms_norm`);
+- RoPE tables are computed once for all positions and looked up by each token's position;
+- attention reads and writes the paged KV cache through an `AttentionBackend`;
+- the LM head runs only on the rows that are sampled (`compute_logits`).
+
+Shapes: N new tokens, C hidden, Hq/Hkv query/KV heads, D head dim, I intermediate, V vocab.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from minimodel.config import Qwen3Config
+from minimodel.engine.attention import AttentionBackend
+from minimodel.ops import apply_rope, fused_add_rms_norm, rms_norm, rope_cos_sin, silu_and_mul
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with a learned scale [C]; `add_forward` also adds the residual stream first."""
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+    def add_forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual); residual=None means x starts the stream."""
+        return fused_add_rms_norm(x, residual, self.weight, self.eps)
+
+
+class Qwen3Attention(nn.Module):
+    """GQA attention with QK-norm and RoPE over the paged KV cache."""
+
+    def __init__(self, cfg: Qwen3Config, layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.split = [cfg.q_size, cfg.kv_size, cfg.kv_size]
+        self.qkv_proj = nn.Linear(cfg.hidden_size, sum(self.split), bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(cfg.q_size, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: AttentionBackend
+    ) -> torch.Tensor:
+        """x: [N, C]; cos/sin: [N, D] -> [N, C]."""
+        N = x.shape[0]
+        q, k, v = self.qkv_proj(x).split(self.split, dim=-1)
+        q = self.q_norm(q.view(N, self.num_heads, self.head_dim))  # [N, Hq, D]
+        k = self.k_norm(k.view(N, self.num_kv_heads, self.head_dim))  # [N, Hkv, D]
+        v = v.view(N, self.num_kv_heads, self.head_dim)  # [N, Hkv, D]
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out = attn.forward(q, k, v, self.layer)  # [N, Hq, D]
+        return self.o_proj(out.reshape(N, self.num_heads * self.head_dim))
+
+
+class Qwen3MLP(nn.Module):
+    """SwiGLU with gate and up projections merged: down(silu_and_mul(gate_up(x)))."""
+
+    def __init__(self, cfg: Qwen3Config) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))  # [N, 2I] -> [N, C]
+
+
+class Qwen3DecoderLayer(nn.Module):
+    """Pre-norm block; the residual add of each half happens inside the following norm."""
+
+    def __init__(self, cfg: Qwen3Config, layer: int) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Qwen3Attention(cfg, layer)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = Qwen3MLP(cfg)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        attn: AttentionBackend,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: the previous block's output [N, C]; residual: the stream before it (None first)."""
+        h, residual = self.input_layernorm.add_forward(x, residual)
+        h = self.self_attn(h, cos, sin, attn)
+        h, residual = self.post_attention_layernorm.add_forward(h, residual)
+        return self.mlp(h), residual
+
+
+class Qwen3Model(nn.Module):
+    """Embeddings, L decoder layers, final norm: ids [N] at positions [N] -> hidden [N, C]."""
+
+    def __init__(self, cfg: Qwen3Config) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(
+            Qwen3DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)
+        )
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        attn: AttentionBackend,
+    ) -> torch.Tensor:
+        x, residual = self.embed_tokens(input_ids), None  # [N, C]
+        for layer in self.layers:
+            x, residual = layer(x, residual, cos, sin, attn)
+        x, _ = self.norm.add_forward(x, residual)
+        return x
+
+
+class Qwen3ForCausalLM(nn.Module):
+    """The engine's Qwen3: `forward` gives hidden states, `compute_logits` the sampled rows."""
+
+    def __init__(self, cfg: Qwen3Config) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.model = Qwen3Model(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.rope_cos: torch.Tensor | None = None
+        self.rope_sin: torch.Tensor | None = None
+
+    def build_rope_tables(self, max_positions: int) -> None:
+        """Precompute cos/sin [max_positions, D] once; each step only looks rows up."""
+        device = self.model.embed_tokens.weight.device
+        positions = torch.arange(max_positions, device=device)
+        self.rope_cos, self.rope_sin = rope_cos_sin(
+            positions, self.cfg.head_dim, self.cfg.rope_theta
+        )
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, attn: AttentionBackend
+    ) -> torch.Tensor:
+        """input_ids, positions: Long [N]; attn planned for this step -> hidden [N, C]."""
+        assert self.rope_cos is not None and self.rope_sin is not None, "build_rope_tables first"
+        cos, sin = self.rope_cos[positions], self.rope_sin[positions]  # [N, D] each
+        return self.model(input_ids, cos, sin, attn)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [B, C] (only the rows to sample) -> logits [B, V]."""
+        return self.lm_head(hidden)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        folder: str | Path,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        max_positions: int | None = None,
+    ) -> Qwen3ForCausalLM:
+        """Load a checkpoint folder, merging q/k/v and gate/up as weights.PACKED_MODULES says."""
+        from minimodel.weights import load_weights
+
+        cfg = Qwen3Config.from_pretrained(folder)
+        with torch.device("meta"):
+            model = cls(cfg)
+        model = model.to_empty(device=device).to(dtype)
+        if cfg.tie_word_embeddings:
+            model.lm_head.weight = model.model.embed_tokens.weight
+        load_weights(model, folder, cfg.tie_word_embeddings)
+        model.build_rope_tables(max_positions or cfg.max_position_embeddings)
+        return model.eval()

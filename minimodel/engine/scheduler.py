@@ -1,0 +1,183 @@
+"""Continuous batching: which requests run in the next step, and with how many tokens each.
+
+Each step is either a prefill step or a decode step:
+- prefill: requests from the waiting queue, oldest first, as long as pages, the token budget
+  (max_num_batched_tokens) and max_num_seqs allow; a prompt larger than the budget is prefilled
+  in chunks over several steps. Several requests are packed into one step.
+- decode: when nothing can be prefilled, every running request brings its last token.
+  If a request needs a new page and none is free, the newest running request is preempted:
+  its pages are freed and it goes back to the front of the waiting queue, to be recomputed
+  (prompt + what it generated so far) when pages are free again. Nothing is ever dropped.
+Finished requests leave between steps and new ones join, so the batch never waits for its
+slowest member.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from minimodel.engine.kv_cache import PageAllocator, pages_needed
+from minimodel.engine.sequence import Sequence, Status
+
+
+@dataclass
+class ScheduledBatch:
+    """What one step runs: seqs[i] brings q_lens[i] new tokens (from num_cached_tokens on)."""
+
+    seqs: list[Sequence]
+    q_lens: list[int]
+    is_prefill: bool
+    preempted: list[Sequence] = field(default_factory=list)  # requests preempted to make room
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.q_lens)
+
+    @property
+    def sample_mask(self) -> list[bool]:
+        """Whether each request gets a new token: only if this step reaches its last token."""
+        pairs = zip(self.seqs, self.q_lens, strict=True)
+        return [s.num_cached_tokens + q == s.num_tokens for s, q in pairs]
+
+    def describe(self) -> str:
+        """One line for tracing: the kind of step, and request id (new tokens) of each."""
+        kind = "prefill" if self.is_prefill else "decode"
+        pairs = zip(self.seqs, self.q_lens, strict=True)
+        items = ", ".join(f"{s.request_id}({q})" for s, q in pairs)
+        out = f"{kind:7s} {self.num_tokens:5d} tokens: {items}"
+        if self.preempted:
+            out += f"  | preempted: {', '.join(str(s.request_id) for s in self.preempted)}"
+        return out
+
+
+class Scheduler:
+    """Owns the waiting and running queues and the page allocator."""
+
+    def __init__(
+        self,
+        allocator: PageAllocator,
+        page_size: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int,
+        eos_token_ids: set[int],
+    ) -> None:
+        self.allocator = allocator
+        self.page_size = page_size
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.eos_token_ids = eos_token_ids
+        self.waiting: deque[Sequence] = deque()
+        self.running: deque[Sequence] = deque()
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # --- scheduling ----------------------------------------------------------------------
+
+    def schedule(self) -> ScheduledBatch | None:
+        """The next step's batch: prefill if any waiting request fits, else decode."""
+        return self._schedule_prefill() or self._schedule_decode()
+
+    def _schedule_prefill(self) -> ScheduledBatch | None:
+        seqs: list[Sequence] = []
+        q_lens: list[int] = []
+        budget = self.max_num_batched_tokens
+        while self.waiting and budget > 0:
+            seq = self.waiting[0]
+            if len(self.running) >= self.max_num_seqs:  # admitted ones joined running already
+                break
+            q_len = min(seq.num_uncached_tokens, budget)
+            if not self._grow(seq, seq.num_cached_tokens + q_len):
+                break
+            seqs.append(seq)
+            q_lens.append(q_len)
+            budget -= q_len
+            if q_len < seq.num_uncached_tokens:
+                break  # a chunk: the rest of this prompt comes first in the next step
+            self.waiting.popleft()
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+        return ScheduledBatch(seqs, q_lens, is_prefill=True) if seqs else None
+
+    def _schedule_decode(self) -> ScheduledBatch | None:
+        seqs: list[Sequence] = []
+        preempted: list[Sequence] = []
+        while self.running:
+            seq = self.running.popleft()
+            while not self._grow(seq, seq.num_tokens):
+                if self.running:  # preempt the newest request
+                    victim = self.running.pop()
+                elif seqs:  # seq itself is the newest; it waits for the others to finish
+                    victim = seq
+                else:  # alone with every page and still out of room: the pool is full
+                    self.finish(seq, "length")
+                    break
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    break
+            else:
+                seqs.append(seq)
+        self.running.extend(seqs)
+        if not seqs:
+            return None
+        return ScheduledBatch(seqs, [1] * len(seqs), is_prefill=False, preempted=preempted)
+
+    def _grow(self, seq: Sequence, num_tokens: int) -> bool:
+        """Give seq pages for num_tokens tokens if there are enough free; False if not."""
+        extra = pages_needed(num_tokens, self.page_size) - len(seq.page_table)
+        if extra > self.allocator.num_free:
+            return False
+        if extra > 0:
+            seq.page_table += self.allocator.allocate(extra)
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Free seq's pages; it waits at the front and recomputes all its tokens later."""
+        self.allocator.free(seq.page_table)
+        seq.page_table = []
+        seq.num_cached_tokens = 0
+        seq.num_preemptions += 1
+        seq.status = Status.WAITING
+        self.waiting.appendleft(seq)
+
+    # --- after the model ran -------------------------------------------------------------
+
+    def postprocess(
+        self, batch: ScheduledBatch, tokens: list[int], logprobs: list[float]
+    ) -> list[Sequence]:
+        """Advance the cache, append the sampled tokens, finish what must stop.
+
+        tokens/logprobs hold one entry per request of the batch that was sampled
+        (batch.sample_mask). Returns the requests that finished.
+        """
+        finished = []
+        sampled = iter(zip(tokens, logprobs, strict=True))
+        for seq, q_len, sample in zip(batch.seqs, batch.q_lens, batch.sample_mask, strict=True):
+            seq.num_cached_tokens += q_len
+            if not sample:
+                continue  # a prompt chunk: nothing to sample yet
+            token, logprob = next(sampled)
+            seq.append_token(token, logprob)
+            reason = seq.stop_reason(self.eos_token_ids, self.max_model_len)
+            if reason is not None:
+                self.finish(seq, reason)
+                finished.append(seq)
+        return finished
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """End a request: record why, return its pages, leave the queues."""
+        seq.finish_reason = reason
+        seq.status = Status.FINISHED
+        seq.finish_time = time.perf_counter()
+        self.allocator.free(seq.page_table)
+        seq.page_table = []
+        if seq in self.running:
+            self.running.remove(seq)

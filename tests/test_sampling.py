@@ -1,0 +1,99 @@
+"""The sampler: truncation sets, greedy limits, frequencies, seeds, log-probabilities."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from minimodel.sampling import Sampler, SamplingParams
+
+
+def draws(logits: torch.Tensor, params: SamplingParams, n: int, seed: int = 0) -> torch.Tensor:
+    """n draws for one row of logits [V] from a seeded generator -> Long [n]."""
+    sampler = Sampler()
+    gen = sampler.make_generator(seed)
+    batch = logits[None].expand(n, -1)  # n identical rows, drawn one generator after another
+    gens = [gen] * n
+    return sampler(batch, [params] * n, gens)[0]
+
+
+LOGITS = torch.tensor([2.0, 1.5, 1.2, 0.3, 0.0, -0.5, -1.0, -3.0])
+
+
+def test_top_k_never_leaves_the_k_best():
+    tokens = draws(LOGITS, SamplingParams(temperature=1.5, top_k=3), 4000)
+    assert set(tokens.tolist()) == {0, 1, 2}  # all three are drawn, nothing else
+
+
+def test_top_p_never_leaves_the_nucleus():
+    probs = torch.softmax(LOGITS / 1.2, 0)  # descending already
+    p = 0.8
+    # smallest prefix whose mass reaches p: tokens 0..k-1
+    k = int((torch.cumsum(probs, 0) < p).sum()) + 1
+    tokens = draws(LOGITS, SamplingParams(temperature=1.2, top_p=p), 4000)
+    assert set(tokens.tolist()) == set(range(k))
+    assert k < len(LOGITS)
+
+
+def test_low_temperature_equals_greedy():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 1000, generator=g) * 3
+    sampler = Sampler()
+    greedy, _ = sampler(logits, [SamplingParams(temperature=0.0)] * 64)
+    cold, _ = sampler(logits, [SamplingParams(temperature=1e-4, seed=i) for i in range(64)],
+                      [sampler.make_generator(i) for i in range(64)])
+    assert torch.equal(greedy, logits.argmax(-1)) and torch.equal(cold, greedy)
+
+
+# chi-square critical values at p = 0.001 (upper tail), by degrees of freedom
+CHI2_CRITICAL_0_001 = {5: 20.515, 7: 24.322}
+
+
+def chi_square(tokens: torch.Tensor, probs: torch.Tensor) -> float:
+    counts = torch.bincount(tokens, minlength=len(probs)).double()
+    expected = probs.double() * len(tokens)
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0, 1.6])
+def test_frequencies_match_softmax(temperature):
+    logits = LOGITS[:6]
+    tokens = draws(logits, SamplingParams(temperature=temperature), 6000, seed=123)
+    stat = chi_square(tokens, torch.softmax(logits / temperature, 0))
+    assert stat < CHI2_CRITICAL_0_001[5], f"chi2 {stat:.1f}"
+    # the same test rejects the distribution of another temperature: it has power
+    wrong = chi_square(tokens, torch.softmax(logits / (temperature * 1.5), 0))
+    assert wrong > CHI2_CRITICAL_0_001[5]
+
+
+def test_seeded_rows_ignore_the_rest_of_the_batch():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(5, 300, generator=g)
+    sampler = Sampler()
+    sp = [SamplingParams(temperature=1.0, top_k=50, seed=7)] + [SamplingParams()] * 4
+    alone = [sampler(logits[:1], sp[:1], [sampler.make_generator(7)])[0].item()
+             for _ in range(3)]
+    batched = [sampler(logits, sp, [sampler.make_generator(7)] + [None] * 4)[0][0].item()
+               for _ in range(3)]
+    assert alone == batched
+
+
+def test_logprobs_are_the_models_log_softmax():
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(3, 50, generator=g)
+    sampler = Sampler()
+    sp = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.5, top_k=3, seed=1),
+          SamplingParams(temperature=2.0, top_p=0.5, seed=2)]
+    tokens, logprobs = sampler(logits, sp, [None, sampler.make_generator(1),
+                                            sampler.make_generator(2)])
+    want = logits.log_softmax(-1)[torch.arange(3), tokens]
+    assert torch.allclose(logprobs, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("temperature", -0.1), ("top_k", -1), ("top_k", 1.5), ("top_p", 0.0), ("top_p", 1.5),
+    ("max_new_tokens", -1), ("seed", -2), ("stop", [""]),
+])
+def test_invalid_params_name_the_field(field, value):
+    with pytest.raises(ValueError, match=f"SamplingParams.{field}"):
+        SamplingParams(**{field: value})
