@@ -81,7 +81,8 @@ def top_p_filter(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     probs = sorted_logits.softmax(dim=-1)
     before = probs.cumsum(dim=-1) - probs  # probability mass strictly before each token
-    drop_sorted = before >= p[:, None]
+    # p = 1.0 keeps everything: a float32 running sum can reach 1.0 before the tail ends.
+    drop_sorted = (before >= p[:, None]) & (p < 1.0)[:, None]
     drop_sorted[:, 0] = False
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     return logits.masked_fill(drop, float("-inf"))

@@ -97,3 +97,13 @@ def test_logprobs_are_the_models_log_softmax():
 def test_invalid_params_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"SamplingParams.{field}"):
         SamplingParams(**{field: value})
+
+
+def test_top_p_one_keeps_the_whole_vocabulary_even_in_a_mixed_batch():
+    """A float32 running sum over 151,936 probabilities reaches 1.0 before the last token."""
+    from minimodel.sampling import top_p_filter
+
+    logits = torch.randn(2, 151936, generator=torch.Generator().manual_seed(0)) * 4
+    out = top_p_filter(logits, torch.tensor([1.0, 0.5]))
+    assert torch.isfinite(out[0]).all()
+    assert not torch.isfinite(out[1]).all()
