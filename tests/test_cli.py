@@ -46,3 +46,9 @@ def test_exercises_check_reports_up_to_date():
     out = run("exercises", "--check")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "up to date" in out.stdout
+
+
+def test_bench_takes_its_own_options():
+    out = run("bench", "--help")
+    assert out.returncode == 0, out.stderr
+    assert "--dtype" in out.stdout and "--workloads" in out.stdout
