@@ -21,19 +21,12 @@ from torch import nn
 
 from minimodel.config import Qwen3Config
 from minimodel.engine.attention import AttentionBackend
-from minimodel.ops import apply_rope, fused_add_rms_norm, rms_norm, rope_cos_sin, silu_and_mul
+from minimodel.ops import apply_rope, fused_add_rms_norm, rope_cos_sin, silu_and_mul
+from minimodel.reference import model as reference
 
 
-class RMSNorm(nn.Module):
-    """RMSNorm with a learned scale [C]; `add_forward` also adds the residual stream first."""
-
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
+class RMSNorm(reference.RMSNorm):
+    """The reference's RMSNorm, plus `add_forward`, which adds the residual stream first."""
 
     def add_forward(
         self, x: torch.Tensor, residual: torch.Tensor | None
