@@ -30,7 +30,7 @@ install: $(STAMP)
 
 lab: install
 	$(PY) -c "import minimodel as mm; print('tiny model at', mm.resolve_model('tiny'))"
-	$(VENV)/bin/jupyter lab chapters/
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) chapters/
 
 lint: install
 	$(VENV)/bin/ruff check minimodel tests
