@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -19,6 +20,9 @@ PACKED_MODULES: dict[str, tuple[str, ...]] = {
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
     "gate_up_proj": ("gate_proj", "up_proj"),
 }
+
+
+M = TypeVar("M", bound=nn.Module)
 
 
 class WeightsError(ValueError):
@@ -69,6 +73,25 @@ def _shard_names(param_name: str) -> list[str] | None:
         if f".{merged}." in param_name:
             return [param_name.replace(f".{merged}.", f".{part}.") for part in parts]
     return None
+
+
+def build_model(model_class: type[M], folder: str | Path, dtype: torch.dtype,
+                device: torch.device | str) -> M:
+    """`model_class(cfg)` for the checkpoint in `folder`, with its weights loaded.
+
+    The modules are made on the meta device, so no random init is computed and thrown away,
+    then given real storage on `device` in `dtype`; tied embeddings share one Parameter.
+    """
+    from minimodel.config import Qwen3Config
+
+    cfg = Qwen3Config.from_pretrained(folder)
+    with torch.device("meta"):
+        model = model_class(cfg)
+    model = model.to_empty(device=device).to(dtype)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    load_weights(model, folder, cfg.tie_word_embeddings)
+    return model
 
 
 @torch.no_grad()

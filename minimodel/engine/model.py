@@ -167,14 +167,8 @@ class Qwen3ForCausalLM(nn.Module):
         max_positions: int | None = None,
     ) -> Qwen3ForCausalLM:
         """Load a checkpoint folder, merging q/k/v and gate/up as weights.PACKED_MODULES says."""
-        from minimodel.weights import load_weights
+        from minimodel.weights import build_model
 
-        cfg = Qwen3Config.from_pretrained(folder)
-        with torch.device("meta"):
-            model = cls(cfg)
-        model = model.to_empty(device=device).to(dtype)
-        if cfg.tie_word_embeddings:
-            model.lm_head.weight = model.model.embed_tokens.weight
-        load_weights(model, folder, cfg.tie_word_embeddings)
-        model.build_rope_tables(max_positions or cfg.max_position_embeddings)
+        model = build_model(cls, folder, dtype, device)
+        model.build_rope_tables(max_positions or model.cfg.max_position_embeddings)
         return model.eval()

@@ -168,14 +168,6 @@ class Qwen3ForCausalLM(nn.Module):
     ) -> Qwen3ForCausalLM:
         """Load a checkpoint folder (or model name such as "tiny") into the reference model."""
         from minimodel.hub import resolve_model
-        from minimodel.weights import load_weights
+        from minimodel.weights import build_model
 
-        folder = resolve_model(path)
-        cfg = Qwen3Config.from_pretrained(folder)
-        with torch.device("meta"):
-            model = cls(cfg)
-        model = model.to_empty(device=device).to(dtype)
-        if cfg.tie_word_embeddings:
-            model.lm_head.weight = model.model.embed_tokens.weight
-        load_weights(model, folder, cfg.tie_word_embeddings)
-        return model.eval()
+        return build_model(cls, resolve_model(path), dtype, device).eval()
