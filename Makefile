@@ -38,10 +38,17 @@ lint: install
 test-fast: install
 	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q -m "not browser" tests
 
+# Stored outputs must not depend on the machine: the chapters and solutions run twice, with the
+# default threads and then with one thread (other reduction orders in every matmul and sum), and
+# both runs must reproduce every stored output.
+ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+
 notebooks: install
 	$(PY) -c "import minimodel as mm; mm.resolve_model('tiny')"
 	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q --nbval $(NBVAL) chapters solutions
 	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q --nbval-lax $(NBVAL) exercises
+	$(ONE_THREAD) $(PY) -c "import torch; assert torch.get_num_threads() == 1, torch.get_num_threads()"
+	HF_HUB_OFFLINE=1 $(ONE_THREAD) $(VENV)/bin/pytest -q --nbval $(NBVAL) chapters solutions
 
 test: lint test-fast notebooks test-browser
 

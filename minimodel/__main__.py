@@ -78,38 +78,51 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_info(args: argparse.Namespace) -> int:
+def info_rows() -> list[tuple[str, str]]:
+    """(label, value) rows of `minimodel info`: versions, device, cache, backends."""
+    from importlib.metadata import PackageNotFoundError, version
+
     import torch
 
     import minimodel
+    from minimodel.engine.attention import backend_report
     from minimodel.hub import minimodel_home
 
-    print(f"minimodel   {minimodel.__version__}")
-    print(f"python      {platform.python_version()} ({platform.machine()})")
-    print(f"torch       {torch.__version__}, {torch.get_num_threads()} CPU threads")
-    from importlib.metadata import version
-
-    for name in ("transformers", "tokenizers", "flashinfer"):
+    rows = [
+        ("minimodel", minimodel.__version__),
+        ("python", f"{platform.python_version()} ({platform.machine()})"),
+        ("torch", f"{torch.__version__}, {torch.get_num_threads()} CPU threads"),
+    ]
+    for name, dist in (("transformers", "transformers"), ("tokenizers", "tokenizers"),
+                       ("flashinfer", "flashinfer-python")):
         try:
-            dist = "flashinfer-python" if name == "flashinfer" else name
-            print(f"{name:<12}{version(dist)}")
-        except Exception:
-            print(f"{name:<11} not installed")
+            rows.append((name, version(dist)))
+        except PackageNotFoundError:
+            rows.append((name, "not installed"))
     if torch.cuda.is_available():
-        print(f"device      cuda: {torch.cuda.get_device_name(0)}")
+        rows.append(("device", f"cuda: {torch.cuda.get_device_name(0)}"))
     else:
-        print("device      cpu (no CUDA device visible)")
-    print(f"cache       {minimodel_home()}")
-    print(f"model       {DEFAULT_MODEL} (MINIMODEL_MODEL)")
-    from minimodel.engine.attention import backend_report
-
+        rows.append(("device", "cpu (no CUDA device visible)"))
+    rows.append(("cache", str(minimodel_home())))
+    rows.append(("model", f"{DEFAULT_MODEL} (MINIMODEL_MODEL)"))
     report = backend_report()
     for name, backend in report["backends"].items():
         state = "available" if backend["available"] else "unavailable"
-        print(f"attention   {name}: {state} ({backend['reason']})")
-    print(f"auto picks  {report['auto']['backend']} ({report['auto']['reason']})")
+        rows.append(("attention", f"{name}: {state} ({backend['reason']})"))
+    rows.append(("auto picks", f"{report['auto']['backend']} ({report['auto']['reason']})"))
     graphs = report["cuda_graphs"]
-    print(f"cuda graphs {'on' if graphs['available'] else 'off'} ({graphs['reason']})")
+    rows.append(("cuda graphs", f"{'on' if graphs['available'] else 'off'} ({graphs['reason']})"))
+    return rows
+
+
+def format_rows(rows: list[tuple[str, str]]) -> str:
+    """Labels in one column, padded to the longest label plus two spaces."""
+    width = max(len(label) for label, _ in rows) + 2
+    return "\n".join(f"{label:<{width}}{value}" for label, value in rows)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    print(format_rows(info_rows()))
     return 0
 
 

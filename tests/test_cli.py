@@ -30,9 +30,15 @@ def test_generate_streams_text_from_tiny():
 def test_info_reports_backends_and_cache():
     out = run("info")
     assert out.returncode == 0, out.stderr
-    assert "attention   torch: available" in out.stdout
-    assert "attention   flashinfer: " in out.stdout and "auto picks  " in out.stdout
-    assert "cache" in out.stdout
+    lines = out.stdout.splitlines()
+    labels = {line.split("  ")[0] for line in lines}
+    assert {"minimodel", "transformers", "tokenizers", "flashinfer", "device", "cache",
+            "attention", "auto picks", "cuda graphs"} <= labels, lines
+    # One column of values: every value starts at the same place, after at least two spaces.
+    starts = {len(line) - len(line.split("  ", 1)[1].lstrip(" ")) for line in lines}
+    assert len(starts) == 1, lines
+    assert all(line[next(iter(starts)) - 2: next(iter(starts))] == "  " for line in lines)
+    assert any(line.startswith("attention") and "torch: available" in line for line in lines)
 
 
 def test_bad_arguments_are_clear_errors():

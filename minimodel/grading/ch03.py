@@ -565,8 +565,8 @@ def _shapes_keys(fn: Callable) -> None:
                f"predict_shapes(...)[{key!r}] should be {_not_a_shape(got[key])}")
 
 
-@exercise("ch03.predict_shapes", "gets the seed's table (B=1, T=3, C=32, Hq=4, Hkv=2, D=8, V=64)")
-def _shapes_seed(fn: Callable) -> None:
+@exercise("ch03.predict_shapes", "gets the worked example (B=1, T=3, C=32, Hq=4, Hkv=2, D=8, V=64)")
+def _shapes_paper(fn: Callable) -> None:
     _compare_shapes(fn, (1, 3, 32, 4, 2, 8, 64))
 
 
