@@ -1,5 +1,10 @@
 """Shared fixtures. `small_checkpoint(**overrides)` writes a small random Qwen3 folder once per
-config per session (config.json + model.safetensors, no tokenizer: tests use token ids)."""
+config per session (config.json + model.safetensors, no tokenizer: tests use token ids).
+
+Every test not marked `gpu` runs as on a machine without a GPU, also where one is visible: its
+exact-token comparisons with float32 transformers assume the engine's CPU default (CPU +
+float32), and a visible GPU would silently switch `LLM()` to CUDA + bfloat16. CUDA is hidden
+from torch in the test process and from the processes it starts (the CLI, notebook kernels)."""
 
 from __future__ import annotations
 
@@ -7,7 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from checkpoints import write_small_checkpoint
+
+
+@pytest.fixture(autouse=True)
+def cpu_unless_marked_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """Hide CUDA from every test that is not marked `gpu` (see the module docstring)."""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    yield
 
 
 @pytest.fixture(scope="session")

@@ -60,6 +60,17 @@ def test_a_request_larger_than_the_pool_ends_with_length(small_checkpoint):
     assert llm.allocator.num_free == 3
 
 
+def test_waiting_requests_start_when_a_full_pool_ends_one(small_checkpoint):
+    """A request that fills the pool ends with "length"; the one waiting behind it then runs
+    (the step that ended it must not leave the scheduler with nothing to do)."""
+    llm = LLM(small_checkpoint(**CONFIG), page_size=4, num_pages=8, skip_tokenizer_init=True)
+    sp = mm.SamplingParams(temperature=0, max_new_tokens=5)
+    full, small = llm.generate([list(range(31)), [5, 6]], sp)
+    assert full.finish_reason == "length" and len(full.token_ids) == 2  # 33 tokens: 9 pages
+    assert small.finish_reason == "length" and len(small.token_ids) == 5
+    assert llm.allocator.num_free == 8
+
+
 def test_budgets_hold_in_every_step(small_checkpoint):
     folder = small_checkpoint(**CONFIG)
     reqs = [(p, GREEDY) for p in prompts([30, 2, 11, 7, 19])]

@@ -16,8 +16,11 @@ rule.
 from __future__ import annotations
 
 import math
+import os
+import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -216,6 +219,64 @@ class TorchBackend(AttentionBackend):
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's scratch space for split-KV partial results
 
+# What FlashInfer 0.6.1 builds kernels for. Its JIT maps only 16-bit and 8-bit dtypes to CUDA
+# types (no float32). On Hopper the prefill wrapper (and the tensor-core decode, which runs the
+# prefill kernel) resolves to FA3, whose paged prefill static_asserts head_dim 64, 128 or 256;
+# the engine asks for those on every GPU so that a model runs the same everywhere. Its CUDA-core
+# decode dispatches the query-group size G = Hq / Hkv over 1, 2, 3, 4 and 8 only.
+FLASHINFER_DTYPES = (torch.bfloat16, torch.float16)
+FLASHINFER_HEAD_DIMS = (64, 128, 256)
+CUDA_CORE_DECODE_GROUP_SIZES = (1, 2, 3, 4, 8)
+TENSOR_CORE_DECODE_MIN_GROUP = 4  # from here on, tensor cores pay off for decode
+
+
+def decode_uses_tensor_cores(num_qo_heads: int, num_kv_heads: int) -> bool:
+    """Whether decode runs FlashInfer's tensor-core kernel: once several query heads share a KV
+    head (G >= 4), and for any G that the CUDA-core decode is not built for (e.g. 5)."""
+    G = num_qo_heads // num_kv_heads
+    return G >= TENSOR_CORE_DECODE_MIN_GROUP or G not in CUDA_CORE_DECODE_GROUP_SIZES
+
+
+def flashinfer_kernel_problem(dtype: torch.dtype, head_dim: int) -> str | None:
+    """Why FlashInfer has no kernel for this model's attention, or None when it has one."""
+    if dtype not in FLASHINFER_DTYPES:
+        name = str(dtype).removeprefix("torch.")
+        return f"{name} has no FlashInfer kernels; use bfloat16 or float16"
+    if head_dim not in FLASHINFER_HEAD_DIMS:
+        dims = ", ".join(str(d) for d in FLASHINFER_HEAD_DIMS)
+        return (f"head_dim {head_dim} has no FlashInfer kernel (FA3 on Hopper takes "
+                f"head_dim {dims} only)")
+    return None
+
+
+def _nvcc() -> str | None:
+    """The nvcc FlashInfer's JIT would call (its own search order), if it exists."""
+    if os.environ.get("FLASHINFER_NVCC"):
+        return shutil.which(os.environ["FLASHINFER_NVCC"])
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        return str(Path(home, "bin", "nvcc")) if Path(home, "bin", "nvcc").is_file() else None
+    return shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").is_file() else None
+    )
+
+
+def flashinfer_build_problem() -> str | None:
+    """Why FlashInfer could not get its kernels here, or None: it compiles them on first use
+    with nvcc and ninja, unless prebuilt ones are installed (flashinfer-jit-cache, an AOT dir)."""
+    from flashinfer.jit import env as jit_env
+
+    aot = Path(jit_env.FLASHINFER_AOT_DIR)
+    if jit_env.has_flashinfer_jit_cache() or (aot.is_dir() and any(aot.iterdir())):
+        return None
+    missing = [name for name, found in (("nvcc", _nvcc()), ("ninja", shutil.which("ninja")))
+               if not found]
+    if not missing:
+        return None
+    return (f"FlashInfer compiles its kernels on first use and finds no {' or '.join(missing)} "
+            "(install the CUDA toolkit and ninja, set CUDA_HOME, or install prebuilt kernels: "
+            "pip install flashinfer-jit-cache)")
+
 
 class FlashInferBackend(AttentionBackend):
     """FlashInfer's paged kernels: the batch-prefill wrapper for steps with any request longer
@@ -228,10 +289,14 @@ class FlashInferBackend(AttentionBackend):
 
     def __init__(self, kv_cache: KVCache, num_qo_heads: int, dtype: torch.dtype) -> None:
         super().__init__(kv_cache, num_qo_heads, dtype)
+        problem = flashinfer_kernel_problem(dtype, kv_cache.head_dim)
+        if problem:
+            raise ValueError(f"The flashinfer backend cannot run this model: {problem}.")
         import flashinfer
 
         device = kv_cache.pools[0].device
-        self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        # Zeros, as FlashInfer asks: the split-KV merge reads it on its first use.
+        self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
             self.workspace, "NHD"
         )
@@ -243,8 +308,7 @@ class FlashInferBackend(AttentionBackend):
         metadata lives in those fixed tensors so that a CUDA graph can replay it."""
         import flashinfer
 
-        # Tensor cores pay off once several query heads share a KV head.
-        use_tensor_cores = self.num_qo_heads // self.num_kv_heads >= 4
+        use_tensor_cores = decode_uses_tensor_cores(self.num_qo_heads, self.num_kv_heads)
         if graph_buffers is None:
             return flashinfer.BatchDecodeWithPagedKVCacheWrapper(
                 self.workspace, "NHD", use_tensor_cores=use_tensor_cores
@@ -307,7 +371,8 @@ BACKENDS: dict[str, type[AttentionBackend]] = {
 
 
 def flashinfer_status(device: torch.device | str) -> tuple[bool, str]:
-    """(usable, why): FlashInfer needs a CUDA device and the flashinfer-python package."""
+    """(usable, why): FlashInfer needs a CUDA device, the flashinfer-python package, and a way
+    to get its kernels (nvcc + ninja to compile them, or prebuilt ones)."""
     if torch.device(device).type != "cuda":
         return False, f"device is {torch.device(device).type!r}; FlashInfer kernels need CUDA"
     if not torch.cuda.is_available():
@@ -319,11 +384,20 @@ def flashinfer_status(device: torch.device | str) -> tuple[bool, str]:
             f"flashinfer does not import ({type(e).__name__}: {e}); "
             "install it with: pip install -e '.[gpu]'"
         )
+    problem = flashinfer_build_problem()
+    if problem:
+        return False, problem
     return True, f"flashinfer {getattr(flashinfer, '__version__', '?')} imports on CUDA"
 
 
-def select_backend(name: str, device: torch.device | str) -> tuple[str, str]:
-    """Resolve "auto" | "torch" | "flashinfer" for a device -> (backend name, reason)."""
+def select_backend(
+    name: str,
+    device: torch.device | str,
+    dtype: torch.dtype | None = None,
+    head_dim: int | None = None,
+) -> tuple[str, str]:
+    """Resolve "auto" | "torch" | "flashinfer" for a device (and, when given, the model's dtype
+    and head_dim) -> (backend name, reason). "flashinfer" that cannot run raises ValueError."""
     if name not in ("auto", *BACKENDS):
         raise ValueError(
             f"attention_backend must be 'auto', 'torch' or 'flashinfer', got {name!r}."
@@ -331,9 +405,13 @@ def select_backend(name: str, device: torch.device | str) -> tuple[str, str]:
     if name == "torch":
         return "torch", "asked for"
     ok, why = flashinfer_status(device)
+    if ok and dtype is not None and head_dim is not None:
+        kernel_problem = flashinfer_kernel_problem(dtype, head_dim)
+        if kernel_problem:
+            ok, why = False, kernel_problem
     if name == "flashinfer":
         if not ok:
-            raise ValueError(f"attention_backend='flashinfer' is not usable: {why}.")
+            raise ValueError(f"attention_backend='flashinfer' cannot run here: {why}.")
         return "flashinfer", why
     return ("flashinfer", why) if ok else ("torch", f"FlashInfer not used: {why}")
 
@@ -343,11 +421,13 @@ def backend_report() -> dict[str, Any]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     ok, why = flashinfer_status("cuda")
     auto, auto_why = select_backend("auto", device)
+    dims = "/".join(str(d) for d in FLASHINFER_HEAD_DIMS)
+    needs = f"kernels for bfloat16/float16 and head_dim {dims}; auto picks torch otherwise"
     return {
         "device": device,
         "backends": {
             "torch": {"available": True, "reason": "pure PyTorch: runs on CPU and GPU"},
-            "flashinfer": {"available": ok, "reason": why},
+            "flashinfer": {"available": ok, "reason": f"{why}; {needs}"},
         },
         "auto": {"backend": auto, "reason": auto_why},
         "cuda_graphs": {

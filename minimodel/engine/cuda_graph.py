@@ -4,7 +4,8 @@ A decode step of a small model is a few hundred tiny kernels; launching them one
 Python costs more than running them. A CUDA graph records the launches once and replays them
 with one call. A graph has fixed shapes and fixed addresses, so:
 - one graph per batch size in `batch_sizes`; a batch is padded up to the next captured size,
-  the padding rows being dummy requests of one token on a reserved padding page;
+  the padding rows being dummy requests of one token on the padding page, a page of the pool
+  that the allocator never lends (`LLM` adds it to the pool);
 - inputs (ids, positions, K/V rows) are copied into static buffers before each replay;
 - the attention kernel is FlashInfer's decode wrapper in graph mode, whose page table lives in
   fixed buffers that `plan` fills before each replay.
@@ -17,6 +18,17 @@ import torch
 
 from minimodel.engine.attention import AttentionMetadata, FlashInferBackend, build_metadata
 from minimodel.engine.model import Qwen3ForCausalLM
+
+
+def graphs_off_reason(enforce_eager: bool, device: torch.device, backend_name: str) -> str | None:
+    """Why an engine captures no decode graphs, or None when it captures them."""
+    if enforce_eager:
+        return "enforce_eager=True"
+    if device.type != "cuda":
+        return f"device is {device.type}, graphs need CUDA"
+    if backend_name != "flashinfer":
+        return "graphs are captured with the flashinfer backend only"
+    return None
 
 
 def graph_batch_sizes(max_batch_size: int) -> list[int]:

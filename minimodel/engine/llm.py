@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from minimodel.config import Qwen3Config
+from minimodel.engine import cuda_graph
 from minimodel.engine.attention import select_backend
 from minimodel.engine.detokenizer import IncrementalDetokenizer
 from minimodel.engine.kv_cache import KVCache, PageAllocator, pages_needed
@@ -86,10 +87,12 @@ class LLM:
 
     model: a name or folder for `resolve_model` ("tiny", "random:qwen3-0.6b", a path).
     device/dtype: default CUDA + bfloat16 when available, else CPU + float32.
-    attention_backend: "auto" (FlashInfer on CUDA when it imports, else torch), "torch",
-        "flashinfer"; `self.backend_reason` says why.
-    page_size: tokens per KV page (any >= 1). num_pages: pool size; None sizes it from
-        kv_cache_bytes (default 1 GiB on CPU, the free memory up to 90% on CUDA).
+    attention_backend: "auto" (FlashInfer on CUDA when it can run this model: bfloat16 or
+        float16, a head_dim it has kernels for; else torch), "torch", "flashinfer" (a
+        ValueError if it cannot run); `self.backend_reason` says why.
+    page_size: tokens per KV page (any >= 1). num_pages: pages for requests; None sizes them
+        from kv_cache_bytes (default 1 GiB on CPU, the free memory up to 90% on CUDA). With
+        CUDA graphs the pool holds one page more, the padding page of padded decode batches.
     max_num_seqs: requests running at once. max_num_batched_tokens: tokens per step (longer
         prompts are prefilled in chunks). max_model_len: context limit (default: the config's).
     enforce_eager: no CUDA graphs. skip_tokenizer_init: token-id prompts only, text is "".
@@ -117,19 +120,35 @@ class LLM:
         self.folder = resolve_model(model)
         self.cfg = Qwen3Config.from_pretrained(self.folder)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if self.device.type == "cuda" and self.device.index is not None:
+            torch.cuda.set_device(self.device)  # kernels, graph capture and FlashInfer use it
         self.dtype = _resolve_dtype(dtype, self.device)
         self.max_model_len = min(max_model_len or self.cfg.max_position_embeddings,
                                  self.cfg.max_position_embeddings)
-        self.backend_name, self.backend_reason = select_backend(attention_backend, self.device)
+        self.backend_name, self.backend_reason = select_backend(
+            attention_backend, self.device, self.dtype, self.cfg.head_dim
+        )
+        graphs_off = cuda_graph.graphs_off_reason(enforce_eager, self.device, self.backend_name)
+        reserved = 0 if graphs_off else 1  # the padding page, never lent to a request
         self.model = Qwen3ForCausalLM.from_pretrained(
             self.folder, self.dtype, self.device, max_positions=self.max_model_len
         )
         if num_pages is None:
-            num_pages = self._pages_from_budget(page_size, max_num_seqs, kv_cache_bytes)
-        self.kv_cache = KVCache(self.cfg, num_pages, page_size, self.dtype, self.device)
-        self.allocator = PageAllocator(num_pages)
+            num_pages = self._pages_from_budget(page_size, max_num_seqs, kv_cache_bytes,
+                                                reserved)
+        elif not isinstance(num_pages, int) or num_pages < 1:
+            raise ValueError(f"num_pages must be an integer >= 1 or None, got {num_pages!r}.")
+        self.kv_cache = KVCache(self.cfg, num_pages + reserved, page_size, self.dtype,
+                                self.device)
+        self.allocator = PageAllocator(num_pages)  # lends pages 0 .. num_pages - 1
         self.runner = ModelRunner(self.model, self.kv_cache, self.backend_name, self.dtype)
-        self.cuda_graphs_reason = self._setup_cuda_graphs(enforce_eager, max_num_seqs)
+        if graphs_off:
+            self.cuda_graphs_reason = f"off: {graphs_off}"
+        else:
+            self.runner.capture_cuda_graphs(max_num_seqs, padding_page=num_pages)
+            self.cuda_graphs_reason = (
+                f"on: decode graphs for batch sizes {self.runner.graphs.batch_sizes}"
+            )
         self.scheduler = Scheduler(
             self.allocator, page_size, max_num_seqs, max_num_batched_tokens,
             self.max_model_len, _eos_token_ids(self.folder, self.cfg),
@@ -143,7 +162,10 @@ class LLM:
 
     # --- set-up --------------------------------------------------------------------------
 
-    def _pages_from_budget(self, page_size: int, max_num_seqs: int, budget: int | None) -> int:
+    def _pages_from_budget(
+        self, page_size: int, max_num_seqs: int, budget: int | None, reserved: int
+    ) -> int:
+        """Pages for requests in a pool of `budget` bytes that also holds `reserved` pages."""
         if budget is None:
             if self.device.type == "cuda":
                 free, total = torch.cuda.mem_get_info(self.device)
@@ -152,21 +174,12 @@ class LLM:
                 budget = CPU_KV_CACHE_BYTES
         # Never more than max_num_seqs full-length requests could use.
         most = max_num_seqs * pages_needed(self.max_model_len, page_size)
-        pages = min(KVCache.num_pages_for_budget(self.cfg, page_size, self.dtype, budget), most)
+        fits = KVCache.num_pages_for_budget(self.cfg, page_size, self.dtype, budget) - reserved
+        pages = min(fits, most)
         if pages < 1:
-            raise ValueError(f"A KV cache budget of {budget} bytes holds no page; raise it.")
+            raise ValueError(f"A KV cache budget of {budget} bytes holds no page for requests "
+                             f"(besides {reserved} reserved); raise it.")
         return pages
-
-    def _setup_cuda_graphs(self, enforce_eager: bool, max_num_seqs: int) -> str:
-        if enforce_eager:
-            return "off: enforce_eager=True"
-        if self.device.type != "cuda":
-            return f"off: device is {self.device.type}, graphs need CUDA"
-        if self.backend_name != "flashinfer":
-            return "off: graphs are captured with the flashinfer backend only"
-        padding_page = self.allocator.allocate(1)[0]  # dummy rows of padded batches write here
-        self.runner.capture_cuda_graphs(max_num_seqs, padding_page)
-        return f"on: decode graphs for batch sizes {self.runner.graphs.batch_sizes}"
 
     @property
     def tokenizer(self) -> Tokenizer:

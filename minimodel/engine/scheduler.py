@@ -82,8 +82,9 @@ class Scheduler:
     # --- scheduling ----------------------------------------------------------------------
 
     def schedule(self) -> ScheduledBatch | None:
-        """The next step's batch: prefill if any waiting request fits, else decode."""
-        return self._schedule_prefill() or self._schedule_decode()
+        """The next step's batch: prefill if any waiting request fits, else decode. A decode
+        that ends the only running request for want of pages frees them: then try prefill."""
+        return self._schedule_prefill() or self._schedule_decode() or self._schedule_prefill()
 
     def _schedule_prefill(self) -> ScheduledBatch | None:
         seqs: list[Sequence] = []
