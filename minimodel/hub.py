@@ -69,6 +69,13 @@ HF_ALLOW_PATTERNS = [
 ]
 
 
+# `bard`: the course's own small Qwen3, trained by minimodel/bard.py on Shakespeare and on Tang
+# and Song poems (docs/bard.md). Its weights ship inside the package; the folder in the cache adds
+# the tokenizer files. sha256 of its tensors (names, dtypes, shapes, bytes), as weights_checksum.
+BARD_DIR = Path(__file__).resolve().parent / "models" / "bard"
+BARD_SHA256 = "3b7852f8d862dcb211e0b84b36e665cadc4af2b70bc1dc064b6f1629d759c4e5"
+
+
 def minimodel_home() -> Path:
     """The cache folder: $MINIMODEL_HOME, or ~/.cache/minimodel."""
     return Path(os.environ.get("MINIMODEL_HOME", Path.home() / ".cache" / "minimodel"))
@@ -165,17 +172,17 @@ BUILD_VERSION = "1"
 _STAMP = ".minimodel-build"
 
 
-def _build_once(name: str, build) -> Path:
+def _build_once(name: str, build, version: str = BUILD_VERSION) -> Path:
     """Build a model folder into the cache once; concurrent builders race on a rename."""
     target = minimodel_home() / "models" / name
     stamp = target / _STAMP
-    if stamp.is_file() and stamp.read_text().strip() == BUILD_VERSION:
+    if stamp.is_file() and stamp.read_text().strip() == version:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     try:
         build(tmp)
-        (tmp / _STAMP).write_text(BUILD_VERSION + "\n")
+        (tmp / _STAMP).write_text(version + "\n")
         tmp.chmod(0o755)
         if target.exists():  # built by older code: replace it
             shutil.rmtree(target, ignore_errors=True)
@@ -186,6 +193,29 @@ def _build_once(name: str, build) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _build_bard(folder: Path) -> None:
+    """Copy bard's shipped files into `folder`, check its weights, add the tokenizer files."""
+    from safetensors.torch import load_file
+
+    from minimodel.tokenizer import write_tokenizer_files
+
+    weights = BARD_DIR / "model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(
+            f"bard's weights are missing: {weights} does not exist. Reinstall minimodel "
+            "(pip install -e .) from a complete checkout."
+        )
+    digest = weights_checksum(load_file(str(weights)))
+    if digest != BARD_SHA256:
+        raise ValueError(
+            f"{weights} has weights checksum {digest}, expected {BARD_SHA256}: the file is "
+            "damaged or from another version. Restore it from the repository (git checkout)."
+        )
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        shutil.copyfile(BARD_DIR / name, folder / name)
+    write_tokenizer_files(folder)
 
 
 def _download(repo_id: str) -> Path:
@@ -206,7 +236,7 @@ def _download(repo_id: str) -> Path:
             f"    huggingface-cli download {repo_id}\n"
             f"(or python -c \"import minimodel; minimodel.resolve_model('{repo_id}')\") and copy "
             f"the folder here, then pass its path: resolve_model('/path/to/folder'). Offline, use "
-            f"'tiny' or 'random:qwen3-0.6b'."
+            f"'bard', 'tiny' or 'random:qwen3-0.6b'."
         )
     try:
         return Path(snapshot_download(repo_id, allow_patterns=HF_ALLOW_PATTERNS))
@@ -232,9 +262,10 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 
 
 def resolve_model(name: str | os.PathLike) -> Path:
-    """Return the folder of a model: "tiny", "random:<shape>", a local folder, or a repo id.
+    """Return the folder of a model: "bard", "tiny", "random:<shape>", a folder, or a repo id.
 
-    `tiny` and `random:<shape>` are built on first use into $MINIMODEL_HOME/models/.
+    `bard` (trained, shipped in the package), `tiny` (random weights) and `random:<shape>` are
+    built on first use into $MINIMODEL_HOME/models/.
     Supported shapes: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b.
     """
     text = str(name)
@@ -243,6 +274,8 @@ def resolve_model(name: str | os.PathLike) -> Path:
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} is a folder but has no config.json: not a model.")
         return path
+    if text == "bard":
+        return _build_once("bard", _build_bard, version=f"{BUILD_VERSION}-{BARD_SHA256}")
     if text == "tiny":
         return _build_once(
             "tiny", lambda d: write_checkpoint(d, TINY, random_state_dict_numpy(TINY))
@@ -260,7 +293,7 @@ def resolve_model(name: str | os.PathLike) -> Path:
     if text.count("/") == 1 and not text.startswith((".", "/", "~")) and not path.exists():
         return _download(text)
     raise FileNotFoundError(
-        f"Unknown model {text!r}: not a folder, not 'tiny', not 'random:<shape>' "
+        f"Unknown model {text!r}: not a folder, not 'bard' or 'tiny', not 'random:<shape>' "
         f"(shapes: {', '.join(sorted(SHAPES))}), and not a Hugging Face repo id like "
         "'Qwen/Qwen3-0.6B'."
     )
