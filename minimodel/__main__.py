@@ -9,11 +9,12 @@ import platform
 import sys
 from pathlib import Path
 
-DEFAULT_MODEL = os.environ.get("MINIMODEL_MODEL", "tiny")
+DEFAULT_MODEL = os.environ.get("MINIMODEL_MODEL", "bard")
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=DEFAULT_MODEL, help="tiny, random:<shape>, folder, repo id")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="bard (default), tiny, random:<shape>, folder, repo id")
     p.add_argument("--device", default="cuda" if _cuda() else "cpu")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")

@@ -498,7 +498,7 @@ def evaluate_samples(model: str | Path, out: Path, n: int = 4, seed: int = 0) ->
                                     seed=seed + i) for i in range(n)]
         batch = [p for p in prompts for _ in range(n)]
         outs = llm.generate(batch, [params[i % n] for i in range(len(batch))])
-        texts = [o.text for o in outs]
+        texts = [llm.tokenizer.decode(o.token_ids, skip_special_tokens=True) for o in outs]
         stops = sum(o.finish_reason == "stop" for o in outs)
         row: dict = {"generations": len(outs), "eos_rate": stops / len(outs),
                      "mean_new_tokens": sum(len(o.token_ids) for o in outs) / len(outs)}
@@ -522,7 +522,8 @@ def evaluate_samples(model: str | Path, out: Path, n: int = 4, seed: int = 0) ->
     picked = rng.sample(poems, 40)
     prompts = [p.lines[0] + "\n" for p in picked]
     outs = llm.generate(prompts, mm.SamplingParams(temperature=0.0, max_new_tokens=40))
-    hits = [o.text.split("\n")[0] == p.lines[1] for o, p in zip(outs, picked)]
+    hits = [llm.tokenizer.decode(o.token_ids).split("\n")[0] == p.lines[1]
+            for o, p in zip(outs, picked)]
     results["zh_greedy_next_line"] = sum(hits) / len(hits)
     sonnets = [d for d in shakespeare_documents(shakespeare_texts(out / "sources"))
                if _ROMAN.match(d.split("\n", 1)[0])]
@@ -530,7 +531,8 @@ def evaluate_samples(model: str | Path, out: Path, n: int = 4, seed: int = 0) ->
     lines = [d.split("\n")[2:4] for d in picked]
     outs = llm.generate([a + "\n" for a, _ in lines],
                         mm.SamplingParams(temperature=0.0, max_new_tokens=30))
-    hits = [o.text.split("\n")[0].strip() == b.strip() for o, (_, b) in zip(outs, lines)]
+    hits = [llm.tokenizer.decode(o.token_ids).split("\n")[0].strip() == b.strip()
+            for o, (_, b) in zip(outs, lines)]
     results["sonnet_greedy_next_line"] = sum(hits) / len(hits)
     return results
 

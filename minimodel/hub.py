@@ -73,7 +73,7 @@ HF_ALLOW_PATTERNS = [
 # and Song poems (docs/bard.md). Its weights ship inside the package; the folder in the cache adds
 # the tokenizer files. sha256 of its tensors (names, dtypes, shapes, bytes), as weights_checksum.
 BARD_DIR = Path(__file__).resolve().parent / "models" / "bard"
-BARD_SHA256 = "3b7852f8d862dcb211e0b84b36e665cadc4af2b70bc1dc064b6f1629d759c4e5"
+BARD_SHA256 = "2aac69887b16e846771a7cbd97d0823b6ec0a24a002484c93366296a5f2432c5"
 
 
 def minimodel_home() -> Path:

@@ -48,6 +48,7 @@ def toc_yaml(root: Path = ROOT) -> str:
     lines += [
         "  - caption: Reference",
         "    chapters:",
+        "      - file: book/bard",
         "      - file: book/benchmarks",
         "      - file: book/glossary",
     ]

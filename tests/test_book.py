@@ -86,16 +86,16 @@ def test_toc_lists_the_chapters_present(tmp_path):
     assert toc["root"] == "book/intro"
     files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
     assert files == ["book/setup", "chapters/00_tour", "chapters/03_attention",
-                     "book/benchmarks", "book/glossary"]
+                     "book/bard", "book/benchmarks", "book/glossary"]
     # with no chapters at all the book still has its pages
     (tmp_path / "empty").mkdir()
     toc = yaml.safe_load(book_toc.toc_yaml(tmp_path / "empty"))
     assert [c["file"] for part in toc["parts"] for c in part["chapters"]] == [
-        "book/setup", "book/benchmarks", "book/glossary"]
+        "book/setup", "book/bard", "book/benchmarks", "book/glossary"]
 
 
 def test_book_pages_exist():
-    for page in ("intro", "setup", "glossary", "benchmarks"):
+    for page in ("intro", "setup", "glossary", "bard", "benchmarks"):
         assert (ROOT / "book" / f"{page}.md").is_file(), f"book/{page}.md is missing"
     config = yaml.safe_load((ROOT / "book" / "_config.yml").read_text(encoding="utf-8"))
     assert config["execute"]["execute_notebooks"] == "off", "the book must not run notebooks"
