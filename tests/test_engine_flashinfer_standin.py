@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from engine_runs import record_replays, run_traced
 from flashinfer_standin import (
     FlashInferRuleError,
     StandInDecode,
@@ -65,30 +66,6 @@ def workload(n: int = 16, seed: int = 0) -> list[tuple[list[int], mm.SamplingPar
     return reqs
 
 
-def run_all(llm: LLM, reqs) -> tuple[list[mm.RequestOutput], list]:
-    """Run requests to the end -> (outputs in request order, the batch of every step)."""
-    ids = [llm.add_request(p, sp) for p, sp in reqs]
-    done, trace = {}, []
-    while llm.has_unfinished_requests():
-        done.update({o.request_id: o for o in llm.step()})
-        trace.append(llm.last_batch)
-    return [done[i] for i in ids], trace
-
-
-def record_replays(llm: LLM) -> list[tuple[int, int]]:
-    """(real requests B, captured size replayed) of every graph replay from now on."""
-    runner, seen = llm.runner.graphs, []
-    run = runner.run
-
-    def logged(input_ids, metadata):
-        B = metadata.num_requests
-        seen.append((B, next(s for s in runner.batch_sizes if s >= B)))
-        return run(input_ids, metadata)
-
-    runner.run = logged
-    return seen
-
-
 def assert_same_outputs(got: list[mm.RequestOutput], want: list[mm.RequestOutput]) -> None:
     for i, (a, b) in enumerate(zip(got, want, strict=True)):
         assert a.token_ids == b.token_ids, f"request {i}: tokens differ"
@@ -106,11 +83,11 @@ def test_flashinfer_with_graphs_equals_torch_backend(small_checkpoint, standin, 
     kw = dict(CPU32, page_size=page_size, num_pages=1024 // page_size, max_num_seqs=16,
               max_num_batched_tokens=64)  # the 90-token prompt is prefilled in chunks
     reqs = workload()
-    want, _ = run_all(LLM(folder, attention_backend="torch", **kw), reqs)
+    want, _ = run_traced(LLM(folder, attention_backend="torch", **kw), reqs)
     llm = LLM(folder, attention_backend="flashinfer", **kw)
     assert llm.backend_name == "flashinfer" and llm.cuda_graphs_reason.startswith("on")
     replays = record_replays(llm)
-    got, trace = run_all(llm, reqs)
+    got, trace = run_traced(llm, reqs)
     assert_same_outputs(got, want)
 
     long_prompt = got[4].request_id  # 90 tokens, a budget of 64 per step
@@ -136,10 +113,10 @@ def test_flashinfer_eager_equals_torch_backend(small_checkpoint, standin, page_s
     folder = checkpoint(small_checkpoint, 2)
     kw = dict(CPU32, page_size=page_size, num_pages=1024 // page_size, max_num_batched_tokens=40)
     reqs = workload(8, seed=1)
-    want, _ = run_all(LLM(folder, attention_backend="torch", **kw), reqs)
+    want, _ = run_traced(LLM(folder, attention_backend="torch", **kw), reqs)
     llm = LLM(folder, attention_backend="flashinfer", enforce_eager=True, **kw)
     assert llm.cuda_graphs_reason == "off: enforce_eager=True" and llm.runner.graphs is None
-    got, _ = run_all(llm, reqs)
+    got, _ = run_traced(llm, reqs)
     assert_same_outputs(got, want)
     assert registry.of(StandInDecode, graph=False)[0].num_runs > 0
 
@@ -154,10 +131,10 @@ def test_preemption_under_graphs_equals_torch_backend(small_checkpoint, standin,
              mm.SamplingParams(temperature=0.0, max_new_tokens=24, logprobs=True))
             for n in (20, 3, 25, 9, 17, 30)]
     kw = dict(CPU32, page_size=4, num_pages=24, max_num_seqs=8)
-    want, _ = run_all(LLM(folder, attention_backend="torch", **kw), reqs)
+    want, _ = run_traced(LLM(folder, attention_backend="torch", **kw), reqs)
     llm = LLM(folder, attention_backend="flashinfer", **kw)
     replays = record_replays(llm)
-    got, trace = run_all(llm, reqs)
+    got, trace = run_traced(llm, reqs)
     assert_same_outputs(got, want)
     assert any(b.preempted for b in trace if b is not None), "nothing was preempted"
     assert sum(o.metrics.num_preemptions for o in got) > 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_runs import record_replays
 from test_engine_attention import STEPS, check_backend
 
 import minimodel as mm
@@ -86,20 +87,6 @@ def assert_close_to_torch(folder, prompts, outs, dtype) -> None:
             total += 1
     assert differ <= MAX_DIFFERENT_TOKENS * total, f"{differ}/{total} greedy tokens differ"
     print(f"{total} tokens, {differ} differ (near-ties), max |dlogprob| {worst:.2e}")
-
-
-def record_replays(llm: LLM) -> list[tuple[int, int]]:
-    """(real requests B, captured size replayed) of every graph replay from now on."""
-    runner, seen = llm.runner.graphs, []
-    run = runner.run
-
-    def logged(input_ids, metadata):
-        B = metadata.num_requests
-        seen.append((B, next(s for s in runner.batch_sizes if s >= B)))
-        return run(input_ids, metadata)
-
-    runner.run = logged
-    return seen
 
 
 # --- the backend alone ------------------------------------------------------------------------

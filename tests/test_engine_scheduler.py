@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from checkpoints import CONFIGS
+from engine_runs import run_traced
 
 import minimodel as mm
 from minimodel.engine import LLM
@@ -19,16 +20,6 @@ CONFIG = CONFIGS["gqa2-tied-hd!=C"]
 def prompts(lengths: list[int], seed: int = 0) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(0, 512, (n,), generator=g).tolist() for n in lengths]
-
-
-def run_traced(llm: LLM, reqs: list[tuple[list[int], mm.SamplingParams]]):
-    """Run requests to the end -> (outputs in request order, the batch of every step)."""
-    ids = [llm.add_request(p, sp) for p, sp in reqs]
-    done, trace = {}, []
-    while llm.has_unfinished_requests():
-        done.update({o.request_id: o for o in llm.step()})
-        trace.append(llm.last_batch)
-    return [done[i] for i in ids], trace
 
 
 GREEDY = mm.SamplingParams(temperature=0.0, max_new_tokens=24)
