@@ -482,8 +482,10 @@ def evaluate_samples(model: str | Path, out: Path, n: int = 4, seed: int = 0) ->
     """
     import minimodel as mm
 
-    corpus_text = "\n".join(shakespeare_documents(shakespeare_texts(out / "sources")))
-    zh_text = "\n".join(p.text for p in chinese_poems())
+    en_docs = shakespeare_documents(shakespeare_texts(out / "sources"))
+    corpus_text = "\n".join(en_docs)
+    zh_poems = chinese_poems()
+    zh_text = "\n".join(p.text for p in zh_poems)
     vocab = set(words_of(corpus_text))
     dictionary = Path("/usr/share/dict/words")
     if dictionary.is_file():
@@ -517,7 +519,7 @@ def evaluate_samples(model: str | Path, out: Path, n: int = 4, seed: int = 0) ->
         results["samples"][lang] = [{"prompt": p, "text": t}
                                     for p, t in zip(batch[::n], texts[::n])]
     # Greedy: the first line of poems of the corpus continues into the real second line.
-    poems = [p for p in chinese_poems() if len(p.lines) >= 2]
+    poems = [p for p in zh_poems if len(p.lines) >= 2]
     rng = random.Random(seed)
     picked = rng.sample(poems, 40)
     prompts = [p.lines[0] + "\n" for p in picked]
@@ -525,8 +527,7 @@ def evaluate_samples(model: str | Path, out: Path, n: int = 4, seed: int = 0) ->
     hits = [llm.tokenizer.decode(o.token_ids).split("\n")[0] == p.lines[1]
             for o, p in zip(outs, picked)]
     results["zh_greedy_next_line"] = sum(hits) / len(hits)
-    sonnets = [d for d in shakespeare_documents(shakespeare_texts(out / "sources"))
-               if _ROMAN.match(d.split("\n", 1)[0])]
+    sonnets = [d for d in en_docs if _ROMAN.match(d.split("\n", 1)[0])]
     picked = rng.sample(sonnets, 40)
     lines = [d.split("\n")[2:4] for d in picked]
     outs = llm.generate([a + "\n" for a, _ in lines],
