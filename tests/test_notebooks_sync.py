@@ -93,3 +93,12 @@ def test_exercise_notebook_clears_outputs():
     out = exercise_notebook(nb)
     assert out["cells"][0]["outputs"] == [] and out["cells"][0]["execution_count"] is None
     assert nb["cells"][0]["outputs"]  # the solution is left untouched
+
+
+def test_reveal_cells_stay_in_the_solution():
+    cell = {"cell_type": "code", "source": "# minimodel/ops.py\n", "outputs": [],
+            "execution_count": 1, "metadata": {"tags": ["reveal"]}}
+    keep = {"cell_type": "markdown", "source": "text", "metadata": {}}
+    nb = {"cells": [keep, cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    assert exercise_notebook(nb)["cells"] == [keep]
+    assert len(nb["cells"]) == 2

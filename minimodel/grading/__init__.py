@@ -19,6 +19,7 @@ from minimodel.grading.core import (
     expect_shape,
     results_log,
 )
+from minimodel.grading.learner import learner_module, spy_calls
 
 __all__ = [
     "CheckFailed",
@@ -30,5 +31,7 @@ __all__ = [
     "expect",
     "expect_close",
     "expect_shape",
+    "learner_module",
     "results_log",
+    "spy_calls",
 ]

@@ -22,9 +22,14 @@ def strip_solution(source: str) -> str:
     return _REGION.sub(lambda m: m.group("indent") + STUB, source)
 
 
+REVEAL = "reveal"  # a cell tag: shown in solutions/ only (e.g. the package's code of a piece)
+
+
 def exercise_notebook(solution: dict) -> dict:
-    """The learner's copy of a solved notebook: solutions stubbed, outputs cleared."""
+    """The learner's copy of a solved notebook: solutions stubbed, outputs cleared, and the
+    cells tagged `reveal` (the package's own code of an exercise, shown after it) left out."""
     nb = json.loads(json.dumps(solution))
+    nb["cells"] = [c for c in nb["cells"] if REVEAL not in c.get("metadata", {}).get("tags", [])]
     for cell in nb["cells"]:
         if cell["cell_type"] != "code":
             continue
