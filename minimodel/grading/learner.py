@@ -167,7 +167,15 @@ def spy_calls(fn: Callable) -> Iterator[Counter]:
 
         return counted
 
-    namespaces, todo, seen = [], [fn.__globals__], set()
+    cells = list(fn.__closure__ or ())
+    closure = {}
+    for i, c in enumerate(cells):
+        try:
+            if c.cell_contents is not fn:
+                closure[f"<cell {i}>"] = c.cell_contents
+        except ValueError:  # a variable not bound yet
+            pass
+    namespaces, todo, seen = [], [fn.__globals__, closure], set()
     while todo:  # the notebook's globals, the learner modules they hold, theirs in turn
         ns = todo.pop()
         if id(ns) in seen:
@@ -182,7 +190,13 @@ def spy_calls(fn: Callable) -> Iterator[Counter]:
                 if value is not fn and is_learner_function(value):
                     patched.append((ns, key, value))
                     ns[key] = wrap(value.__name__, value)
+        for i, c in enumerate(cells):  # write the wrapped closure variables back
+            if f"<cell {i}>" in closure and closure[f"<cell {i}>"] is not c.cell_contents:
+                c.cell_contents = closure[f"<cell {i}>"]
         yield counts
     finally:
         for ns, key, value in reversed(patched):
             ns[key] = value
+        for i, c in enumerate(cells):
+            if f"<cell {i}>" in closure:
+                c.cell_contents = closure[f"<cell {i}>"]

@@ -1,0 +1,99 @@
+"""learner_module reads a learner's notebook and runs only its definitions; spy_calls counts."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from minimodel.grading.learner import is_learner_function, learner_module, spy_calls
+
+
+def write_notebook(path: Path, cells: list[str]) -> Path:
+    nb = {"cells": [{"cell_type": "code", "source": c, "metadata": {}, "outputs": [],
+                     "execution_count": None} for c in cells]
+          + [{"cell_type": "markdown", "source": "text", "metadata": {}}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_notebook(tmp_path / "ch01_first.ipynb", [
+        "import torch\nSCALE = 2\n",
+        "def double(x):\n    return SCALE * x\n",
+        "raise RuntimeError('a check cell that must not run on import')\n",
+        "%timeit double(1)\n!ls\nresult = double(3)\n",
+        "class Box:\n    def __init__(self, v):\n        self.v = v\n",
+    ])
+    write_notebook(tmp_path / "ch02_second.ipynb", [
+        "from minimodel.grading.learner import learner_module\nch01 = learner_module('ch01')\n",
+        "def quadruple(x):\n    return ch01.double(ch01.double(x))\n",
+        "big = torch.zeros(10**12)  # never run: not a definition\n",
+    ])
+    return tmp_path
+
+
+def test_loads_definitions_only(folder):
+    ch01 = learner_module("ch01")
+    assert ch01.double(5) == 10 and ch01.SCALE == 2 and ch01.Box(3).v == 3
+    assert not hasattr(ch01, "result")  # an assignment that computes is skipped
+
+
+def test_nested_modules_and_lookup_beside_the_running_notebook(folder, tmp_path):
+    ch02 = learner_module("ch02_second")
+    assert ch02.quadruple(1) == 4
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    os.chdir(other)
+    with pytest.raises(FileNotFoundError, match="No notebook ch01"):
+        learner_module("ch01")
+    assert learner_module("ch02", folder=tmp_path).quadruple(2) == 8
+
+
+def test_reloads_after_the_notebook_changes(folder):
+    assert learner_module("ch01").double(1) == 2
+    time.sleep(0.01)
+    path = folder / "ch01_first.ipynb"
+    write_notebook(path, ["def double(x):\n    return 3 * x\n"])
+    os.utime(path, (time.time() + 5, time.time() + 5))
+    assert learner_module("ch01").double(1) == 3
+
+
+def test_syntax_error_names_the_cell(folder):
+    write_notebook(folder / "ch03_bad.ipynb", ["x = 1\n", "def f(:\n    pass\n"])
+    with pytest.raises(SyntaxError, match="ch03_bad.ipynb, code cell 1"):
+        learner_module("ch03")
+
+
+def test_spy_counts_the_learners_calls_and_restores(folder):
+    ch02 = learner_module("ch02")
+
+    def forward(x):
+        return ch02.quadruple(x) + local_helper(x) + torch.ones(1).item()
+
+    def local_helper(x):
+        return x
+
+    globals()["local_helper"] = local_helper
+    try:
+        before = ch02.ch01.double
+        with spy_calls(forward) as calls:
+            assert forward(1) == 6
+        assert calls == {"quadruple": 1, "double": 2, "local_helper": 1}
+        assert ch02.ch01.double is before
+    finally:
+        del globals()["local_helper"]
+
+
+def test_library_functions_are_not_the_learners():
+    assert not is_learner_function(torch.nn.functional.silu)
+    assert not is_learner_function(json.dumps)
+    assert not is_learner_function(learner_module)
+    assert is_learner_function(write_notebook)
