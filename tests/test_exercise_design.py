@@ -150,7 +150,8 @@ def test_solution_is_not_shown_in_a_chapter(nb, name, node):
 def test_normalisation_sees_through_names_docstrings_and_annotations():
     b = functions_in("def g(y):\n    z = y + 1\n    return z\n")[0]
     c = functions_in("def g(y):\n    z = y + 2\n    return z\n")[0]
-    a = functions_in('def f(x: int) -> int:\n    """doc"""\n    t = x + 1  # one\n    return t\n')[0]
+    a = functions_in('def f(x: int) -> int:\n    """doc"""\n'
+                     '    t = x + 1  # one\n    return t\n')[0]
     assert normalised(a) == normalised(b) != normalised(c)
     printed = "Some text first\n    def h(a):\n        b = a + 1\n        return b\nmore text"
     assert normalised(b) in {normalised(f) for f in functions_in(printed)}
