@@ -131,6 +131,24 @@ def split_sonnets(text: str) -> list[str]:
     return out
 
 
+def split_passages(scene: str, rng: random.Random, lo: int = 300, hi: int = 900) -> list[str]:
+    """A scene cut at speech boundaries into passages of about lo..hi characters.
+
+    A scene runs to thousands of tokens, so a model trained on whole scenes rarely meets
+    `<|endoftext|>` within a few hundred tokens. Passages of a few speeches each end often.
+    """
+    speeches = [s for s in scene.strip().split("\n\n") if s.strip()]
+    out, cur, target = [], [], rng.randint(lo, hi)
+    for sp in speeches:
+        cur.append(sp)
+        if sum(len(c) for c in cur) >= target:
+            out.append("\n\n".join(cur) + "\n")
+            cur, target = [], rng.randint(lo, hi)
+    if cur:
+        out.append("\n\n".join(cur) + "\n")
+    return out
+
+
 def shakespeare_documents(folder: Path) -> list[str]:
     """Every modern-spelling text: plays split by scene, sonnets one by one, other poems whole."""
     docs: list[str] = []
@@ -198,8 +216,16 @@ def chat_documents(tok, poems: list[Poem], sonnets: list[str]) -> list[str]:
     return docs
 
 
-def build_corpus(out: Path, val_share: float = 0.03, seed: int = 0) -> dict:
-    """Token streams for training and validation, and the list of ids the corpus uses."""
+def build_corpus(out: Path, val_share: float = 0.03, seed: int = 0,
+                 passages: bool = False) -> dict:
+    """Token streams for training and validation, and the list of ids the corpus uses.
+
+    Phase 1 (`passages=False`, `corpus.pt`): streams en / zh / chat, a play scene per document.
+    Phase 2 (`passages=True`, `corpus2.pt`): the same documents held out, plays cut into
+    passages (`split_passages`), the sonnets a stream of their own, so a run can weight
+    the poems it should know by heart, and each Chinese poem also without its title lines; it
+    keeps phase 1's list of seen ids (a new id, if any, is one of the unseen).
+    """
     from minimodel.hub import resolve_model
     from minimodel.tokenizer import load_tokenizer
 
@@ -209,26 +235,43 @@ def build_corpus(out: Path, val_share: float = 0.03, seed: int = 0) -> dict:
     zh = chinese_poems()
     sonnets = [d for d in en if _ROMAN.match(d.split("\n", 1)[0])]
     rng = random.Random(seed)
+    cut = random.Random(seed + 1)
     streams: dict[str, dict[str, list[int]]] = {}
     for name, docs in (("en", en), ("zh", [p.text for p in zh]),
                        ("chat", chat_documents(tok, zh, sonnets))):
         docs = list(docs)
-        rng.shuffle(docs)
+        rng.shuffle(docs)  # the same split in both phases: a held-out document stays held out
         n_val = max(1, round(len(docs) * val_share))
         splits = {"val": docs[:n_val], "train": docs[n_val:]}
-        streams[name] = {}
+        if passages and name == "en":
+            for split, part in list(splits.items()):
+                sonnet = [d for d in part if _ROMAN.match(d.split("\n", 1)[0])]
+                rest = [d for d in part if not _ROMAN.match(d.split("\n", 1)[0])]
+                splits[split] = [q for d in rest for q in split_passages(d, cut)]
+                streams.setdefault("sonnets", {})[split] = sonnet
+        if passages and name == "zh":  # also each poem's lines alone: a first line as a prompt
+            splits = {k: [t for d in part for t in (d, d.split("\n", 2)[2])]
+                      for k, part in splits.items()}
+        streams[name] = splits
+    for splits in streams.values():
         for split, part in splits.items():
             ids: list[int] = []
             for doc in part:
                 ids += tok.encode(doc) + [eot]
-            streams[name][split] = ids
-    seen = sorted({i for s in streams.values() for i in s["train"]})
+            splits[split] = ids
+    if passages:
+        seen = torch.load(out / "corpus.pt")["seen"]
+        order = ("en", "sonnets", "zh", "chat")
+        streams = {k: streams[k] for k in order}
+    else:
+        seen = sorted({i for s in streams.values() for i in s["train"]})
     out.mkdir(parents=True, exist_ok=True)
-    torch.save({"streams": streams, "seen": seen}, out / "corpus.pt")
-    stats = {name: {split: len(ids) for split, ids in s.items()} for name, s in streams.items()}
+    name = "corpus2" if passages else "corpus"
+    torch.save({"streams": streams, "seen": seen}, out / f"{name}.pt")
+    stats = {k: {split: len(ids) for split, ids in s.items()} for k, s in streams.items()}
     stats["seen_ids"] = len(seen)
     stats["documents"] = {"en": len(en), "zh_poems": len(zh), "sonnets": len(sonnets)}
-    (out / "corpus.json").write_text(json.dumps(stats, indent=2) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(stats, indent=2) + "\n")
     return stats
 
 
@@ -314,7 +357,9 @@ class TrainConfig:
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.1
-    mix: tuple[float, float, float] = (0.72, 0.16, 0.12)  # en, zh, chat
+    mix: tuple[float, ...] = (0.72, 0.16, 0.12)  # one share per stream of the corpus
+    corpus: str = "corpus.pt"
+    cycle_start: int = 0  # the step where this warm-up + cosine cycle begins (phase 2: 1050)
     eval_every: int = 150
     eval_batches: int = 4
     ckpt_every: int = 50
@@ -322,10 +367,12 @@ class TrainConfig:
 
 
 def lr_at(step: int, tc: TrainConfig) -> float:
-    """Linear warm-up, then cosine decay to min_lr_ratio * lr."""
+    """Linear warm-up, then cosine decay to min_lr_ratio * lr, from step tc.cycle_start."""
+    step -= tc.cycle_start
     if step < tc.warmup:
         return tc.lr * (step + 1) / tc.warmup
-    progress = min(1.0, (step - tc.warmup) / max(1, tc.steps - tc.warmup))
+    length = tc.steps - tc.cycle_start - tc.warmup
+    progress = min(1.0, (step - tc.warmup) / max(1, length))
     cosine = 0.5 * (1 + math.cos(math.pi * progress))
     return tc.lr * (tc.min_lr_ratio + (1 - tc.min_lr_ratio) * cosine)
 
@@ -345,10 +392,12 @@ def sample_batch(streams: list[torch.Tensor], mix: tuple[float, ...], tc: TrainC
 
 def train(out: Path, tc: TrainConfig, minutes: float | None = None) -> None:
     """Train (or resume) into `out`: ckpt.pt, log.jsonl. Stops at tc.steps or after `minutes`."""
-    corpus = torch.load(out / "corpus.pt")
+    corpus = torch.load(out / tc.corpus)
     seen = corpus["seen"]
     lut = compact_ids(seen, BARD.vocab_size)
-    names = ("en", "zh", "chat")
+    names = tuple(corpus["streams"])
+    if len(tc.mix) != len(names):
+        raise ValueError(f"--mix needs one share per stream {names}, got {len(tc.mix)}.")
     data = {split: [lut[torch.tensor(corpus["streams"][n][split])] for n in names]
             for split in ("train", "val")}
     torch.manual_seed(tc.seed)
@@ -577,14 +626,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=TrainConfig.steps)
     p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     p.add_argument("--seq-len", type=int, default=TrainConfig.seq_len)
-    p.add_argument("--mix", type=float, nargs=3, default=TrainConfig.mix,
-                   metavar=("EN", "ZH", "CHAT"), help="share of windows from each source")
+    p.add_argument("--mix", type=float, nargs="+", default=TrainConfig.mix,
+                   help="share of windows from each stream of the corpus, in its order")
+    p.add_argument("--passages", action="store_true",
+                   help="corpus: phase 2 (plays cut into passages, sonnets a stream)")
+    p.add_argument("--corpus", default=TrainConfig.corpus, help="train: the token streams")
+    p.add_argument("--lr", type=float, default=TrainConfig.lr)
+    p.add_argument("--warmup", type=int, default=TrainConfig.warmup)
+    p.add_argument("--cycle-start", type=int, default=0,
+                   help="train: begin a new warm-up + cosine cycle at this step")
     args = p.parse_args(argv)
     if args.command == "corpus":
-        print(json.dumps(build_corpus(args.out), indent=2))
+        print(json.dumps(build_corpus(args.out, passages=args.passages), indent=2))
     elif args.command == "train":
-        train(args.out, TrainConfig(steps=args.steps, batch_size=args.batch_size,
-                                    seq_len=args.seq_len, mix=tuple(args.mix)), args.minutes)
+        tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
+                         mix=tuple(args.mix), corpus=args.corpus, lr=args.lr,
+                         warmup=args.warmup, cycle_start=args.cycle_start)
+        train(args.out, tc, args.minutes)
     elif args.command == "export":
         print("sha256", export(args.out, args.to))
     elif args.command == "eval":
