@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from minimodel.grading import check
+from minimodel.grading import check, learner_module
+from minimodel.ops import silu_and_mul
+from minimodel.reference import Qwen3ForCausalLM
 
 # --- rms_norm ------------------------------------------------------------------------------
 
@@ -233,3 +238,202 @@ def test_merge_qkv_correct(fn):
 @pytest.mark.parametrize("name", MERGE_MUTANTS)
 def test_merge_qkv_mutants(name):
     assert not check("ch04.merge_qkv", MERGE_MUTANTS[name]).passed
+
+
+# --- my_qwen3_forward: the part-1 capstone -------------------------------------------------
+# Composed from the solutions' own pieces (loaded the way a learner's notebook loads them), with
+# one thing broken at a time. Each mutant is a plain function, so spy_calls sees what it calls.
+
+SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
+EXERCISES = Path(__file__).resolve().parents[1] / "exercises"
+ch01 = learner_module("ch01", SOLUTIONS)
+ch02 = learner_module("ch02", SOLUTIONS)
+ch03 = learner_module("ch03", SOLUTIONS)
+ch04 = learner_module("ch04", SOLUTIONS)
+embed, apply_rope, rope_qkv = ch01.embed, ch02.apply_rope, ch02.rope_qkv
+causal_mask, attention = ch03.causal_mask, ch03.attention
+rms_norm, fused_add_rms_norm, swiglu = ch04.rms_norm, ch04.fused_add_rms_norm, ch04.swiglu
+
+
+def _forward(weights, cfg, ids, attention_mask=None, *, residual="pre-norm", qk_norm=True,
+             rope_v=False, causal=True, pad_keys_hidden=True, final_norm="model.norm.weight",
+             tiled_attention=False, own_swiglu=True):
+    """A Qwen3 forward from the solutions' pieces; each keyword breaks one thing."""
+    B, T = ids.shape
+    eps, theta = cfg.rms_norm_eps, cfg.rope_theta
+    Hq, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    real = torch.ones(B, T, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    positions = (real.long().cumsum(-1) - 1).clamp(min=0)
+    allowed = causal_mask(T) if causal else torch.ones(T, T, dtype=torch.bool)
+    if pad_keys_hidden:
+        allowed = allowed & (real[:, None, :] | torch.eye(T, dtype=torch.bool))
+    masks = allowed.expand(B, T, T)
+    h = embed(ids, weights["model.embed_tokens.weight"])
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        x = rms_norm(h, weights[p + "input_layernorm.weight"], eps)
+        rows = []
+        for b in range(B):
+            q = (x[b] @ weights[p + "self_attn.q_proj.weight"].T).view(T, Hq, D)
+            k = (x[b] @ weights[p + "self_attn.k_proj.weight"].T).view(T, Hkv, D)
+            v = (x[b] @ weights[p + "self_attn.v_proj.weight"].T).view(T, Hkv, D)
+            if qk_norm:
+                q = rms_norm(q, weights[p + "self_attn.q_norm.weight"], eps)
+                k = rms_norm(k, weights[p + "self_attn.k_norm.weight"], eps)
+            q, k = apply_rope(q, positions[b], theta), apply_rope(k, positions[b], theta)
+            if rope_v:
+                v = apply_rope(v, positions[b], theta)
+            attend = _tiled_attention if tiled_attention else attention
+            o = attend(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
+                          v.transpose(0, 1)[None], masks[b])
+            rows.append(o[0].transpose(0, 1).reshape(T, Hq * D)
+                        @ weights[p + "self_attn.o_proj.weight"].T)
+        a = torch.stack(rows)
+        if residual == "pre-norm":
+            h = h + a
+        elif residual == "adds the normed input":
+            h = x + a
+        elif residual == "post-norm":
+            h = rms_norm(h + a, weights[p + "input_layernorm.weight"], eps)
+        x = rms_norm(h, weights[p + "post_attention_layernorm.weight"], eps)
+        w_gate, w_up, w_down = (weights[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up", "down"))
+        if own_swiglu:
+            m = swiglu(x, w_gate, w_up, w_down)
+        else:  # the package's MLP arithmetic, not the learner's function
+            m = F.linear(silu_and_mul(torch.cat([F.linear(x, w_gate), F.linear(x, w_up)], -1)),
+                         w_down)
+        h = x + m if residual == "adds the normed input" else h + m
+    if final_norm is not None:
+        h = rms_norm(h, weights[final_norm.format(last=cfg.num_hidden_layers - 1)], eps)
+    return h @ weights.get("lm_head.weight", weights["model.embed_tokens.weight"]).T
+
+
+def _mutant(**broken):
+    def my_qwen3_forward(weights, cfg, ids, attention_mask=None):
+        return _forward(weights, cfg, ids, attention_mask, **broken)
+
+    return my_qwen3_forward
+
+
+def forward_fused(weights, cfg, ids, attention_mask=None):
+    """Written differently: engine style (fused add + norm, merged q/k/v, rope_qkv), the padding
+    queries' NaN rows zeroed instead of letting them read themselves."""
+    B, T = ids.shape
+    eps = cfg.rms_norm_eps
+    Hq, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    real = torch.ones(B, T, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    start = (~real).sum(-1)  # left padding: the first real token of each row
+    hidden, residual = embed(ids, weights["model.embed_tokens.weight"]), None
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        w = weights[p + "input_layernorm.weight"]
+        if residual is None:
+            residual, hidden = hidden, rms_norm(hidden, w, eps)
+        else:
+            hidden, residual = fused_add_rms_norm(hidden, residual, w, eps)
+        w_qkv = ch04.merge_qkv(*(weights[p + f"self_attn.{n}_proj.weight"] for n in "qkv"))
+        out = torch.zeros(B, T, Hq * D)
+        for b in range(B):
+            s = int(start[b])
+            n = T - s
+            q, k, v = (hidden[b, s:] @ w_qkv.T).split([Hq * D, Hkv * D, Hkv * D], dim=-1)
+            q = rms_norm(q.reshape(n, Hq, D), weights[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k.reshape(n, Hkv, D), weights[p + "self_attn.k_norm.weight"], eps)
+            q, k, v = rope_qkv(q, k, v.reshape(n, Hkv, D), torch.arange(n), cfg.rope_theta)
+            o = attention(*(t.permute(1, 0, 2)[None] for t in (q, k, v)), causal_mask(n))
+            out[b, s:] = o[0].permute(1, 0, 2).reshape(n, Hq * D)
+        hidden = out @ weights[p + "self_attn.o_proj.weight"].T
+        hidden, residual = fused_add_rms_norm(
+            hidden, residual, weights[p + "post_attention_layernorm.weight"], eps)
+        hidden = swiglu(hidden, weights[p + "mlp.gate_proj.weight"],
+                        weights[p + "mlp.up_proj.weight"], weights[p + "mlp.down_proj.weight"])
+    hidden, _ = fused_add_rms_norm(hidden, residual, weights["model.norm.weight"], eps)
+    head = weights["lm_head.weight"] if "lm_head.weight" in weights else \
+        weights["model.embed_tokens.weight"]
+    return torch.einsum("btc,vc->btv", hidden, head)
+
+
+def forward_calls_the_package(weights, cfg, ids, attention_mask=None):
+    """Right logits, but from the package's model: none of the learner's pieces run."""
+    model = Qwen3ForCausalLM(cfg)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(weights[name])
+    return model(ids, attention_mask=attention_mask)
+
+
+def forward_untied_ignored(weights, cfg, ids, attention_mask=None):
+    """Always uses the embedding table as the LM head, even when lm_head.weight is given."""
+    w = {k: v for k, v in weights.items() if k != "lm_head.weight"}
+    return _forward(w, cfg, ids, attention_mask)
+
+
+def _tiled_attention(q, k, v, mask):
+    """The learner's attention broken on purpose: K/V heads tiled (0, 1, 0, 1), not grouped."""
+    g = q.shape[1] // k.shape[1]
+    s = q @ k.repeat(1, g, 1, 1).transpose(-1, -2) / q.shape[-1] ** 0.5
+    return s.masked_fill(~mask, float("-inf")).softmax(-1) @ v.repeat(1, g, 1, 1)
+
+
+FORWARD_MUTANTS = {
+    "residual adds the normed input": _mutant(residual="adds the normed input"),
+    "post-norm instead of pre-norm": _mutant(residual="post-norm"),
+    "no QK-norm": _mutant(qk_norm=False),
+    "RoPE applied to V too": _mutant(rope_v=True),
+    "missing causal mask": _mutant(causal=False),
+    "no final norm": _mutant(final_norm=None),
+    "final norm with the last layer's weight": _mutant(
+        final_norm="model.layers.{last}.post_attention_layernorm.weight"),
+    "padding keys attended": _mutant(pad_keys_hidden=False),
+    "untied lm_head ignored": forward_untied_ignored,
+    "learner's attention broken (K/V tiled)": _mutant(tiled_attention=True),
+    "calls the package model": forward_calls_the_package,
+    "package MLP instead of own swiglu": _mutant(own_swiglu=False),
+}
+
+
+@pytest.mark.parametrize("fn", [ch04.my_qwen3_forward, forward_fused, _mutant()],
+                         ids=["solution", "engine style", "composed here"])
+def test_forward_correct(fn):
+    result = check("ch04.my_qwen3_forward", fn)
+    assert result.passed, str(result)
+
+
+@pytest.mark.parametrize("name", FORWARD_MUTANTS)
+def test_forward_mutants(name):
+    assert not check("ch04.my_qwen3_forward", FORWARD_MUTANTS[name]).passed
+
+
+@pytest.mark.parametrize("name", ["calls the package model", "package MLP instead of own swiglu"])
+def test_forward_spy_names_what_was_not_used(name):
+    result = check("ch04.my_qwen3_forward", FORWARD_MUTANTS[name])
+    failed = [o for o in result.outcomes if not o.passed]
+    assert [o.title for o in failed] == [result.outcomes[-1].title], str(result)  # logits are fine
+    assert "swiglu" in failed[0].message
+    if name == "calls the package model":
+        assert all(p in failed[0].message for p in ("embed", "attention", "rms_norm", "rope"))
+
+
+def test_forward_hint_points_where_tokens_meet():
+    result = check("ch04.my_qwen3_forward", FORWARD_MUTANTS["missing causal mask"])
+    assert any("where tokens meet" in o.message for o in result.outcomes if not o.passed)
+    result = check("ch04.my_qwen3_forward", FORWARD_MUTANTS["no final norm"])
+    assert any("one token alone is off" in o.message for o in result.outcomes if not o.passed)
+
+
+def test_forward_stub_is_not_implemented_yet():
+    """In exercises/ every piece is a stub: the capstone reports "not implemented yet"."""
+    stub = learner_module("ch04", EXERCISES).my_qwen3_forward
+    result = check("ch04.my_qwen3_forward", stub)
+    assert not result.implemented and result.summary().endswith("not implemented yet")
+
+
+def test_forward_on_unwritten_pieces_is_not_implemented_yet(tmp_path):
+    """A capstone written on top of earlier exercises that are still stubs does not raise."""
+    for name in ("ch01_tokens_and_embeddings", "ch02_rope", "ch03_attention"):
+        shutil.copy(EXERCISES / f"{name}.ipynb", tmp_path)
+    shutil.copy(SOLUTIONS / "ch04_block.ipynb", tmp_path)
+    result = check("ch04.my_qwen3_forward", learner_module("ch04", tmp_path).my_qwen3_forward)
+    assert not result.implemented, str(result)
