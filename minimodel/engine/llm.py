@@ -250,6 +250,22 @@ class LLM:
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()
 
+    def abort(self, request_id: int) -> bool:
+        """Cancel a request: it never appears in `step()`'s outputs, and if it was still
+        unfinished (True is returned) its pages are back in the pool at once. False: the id is
+        unknown or the request had already finished. Call it from the thread that calls step()."""
+        self._unclaimed = [o for o in self._unclaimed if o.request_id != request_id]
+        seq = self._active.pop(request_id, None)
+        if seq is None or seq.is_finished:
+            return False
+        self.scheduler.abort(seq)
+        return True
+
+    def get_request(self, request_id: int) -> Sequence | None:
+        """The engine's live view of a request that has not been collected yet (its tokens so
+        far: `output_token_ids`, `logprobs`), or None. Read it between steps; do not change it."""
+        return self._active.get(request_id)
+
     # --- the engine loop -------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:

@@ -173,6 +173,13 @@ class Scheduler:
                 finished.append(seq)
         return finished
 
+    def abort(self, seq: Sequence) -> None:
+        """End an unfinished request now, wherever it is (waiting, mid-prefill, running):
+        its pages return to the pool before the next step."""
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        self.finish(seq, "abort")
+
     def finish(self, seq: Sequence, reason: str) -> None:
         """End a request: record why, return its pages, leave the queues."""
         seq.finish_reason = reason
