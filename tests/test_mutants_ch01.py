@@ -225,7 +225,22 @@ def positions_cat(indptr):
     return torch.cat([torch.arange(int(b - a)) for a, b in zip(indptr[:-1], indptr[1:])])
 
 
-CORRECT_POSITIONS = [positions_solution, positions_loop, positions_cat]
+def positions_searchsorted(indptr):  # which sequence each token is in, then its offset
+    n = torch.arange(int(indptr[-1]))
+    seq = torch.searchsorted(indptr, n, right=True) - 1
+    return n - indptr[seq]
+
+
+def positions_cumsum(indptr):  # steps of 1 that jump back to 0 at every start
+    N, lens = int(indptr[-1]), indptr[1:] - indptr[:-1]
+    steps = torch.ones(N, dtype=torch.long)
+    steps[indptr[:-1]] = 0
+    steps[indptr[1:-1]] = 1 - lens[:-1]
+    return steps.cumsum(0)
+
+
+CORRECT_POSITIONS = [positions_solution, positions_loop, positions_cat, positions_searchsorted,
+                     positions_cumsum]
 
 
 def positions_global(indptr):  # never restarts
@@ -259,9 +274,20 @@ def positions_in_place(indptr):
     return out
 
 
+def positions_from_ends(indptr):  # subtracts the wrong boundary: the next sequence's start
+    lens = indptr[1:] - indptr[:-1]
+    return torch.arange(int(indptr[-1])) - torch.repeat_interleave(indptr[1:], lens) + 1
+
+
+def positions_skips_first_start(indptr):  # restarts at every boundary but forgets indptr[0]
+    out = positions_solution(indptr)
+    return torch.where(torch.arange(len(out)) < indptr[1], out + 1, out)
+
+
 WRONG_POSITIONS = [
     positions_global, positions_one_based, positions_float, positions_per_sequence,
-    positions_reversed, positions_int32, positions_in_place,
+    positions_reversed, positions_int32, positions_in_place, positions_from_ends,
+    positions_skips_first_start,
 ]
 
 
