@@ -105,9 +105,14 @@ def load_weights(model: nn.Module, folder: str | Path, tie_word_embeddings: bool
     params = dict(model.named_parameters(remove_duplicate=False))
     used: set[str] = set()
     plan: list[tuple[nn.Parameter, torch.Tensor]] = []
+    plan_loaders = []
     for name, param in params.items():
         if tie_word_embeddings and name == "lm_head.weight":
             continue  # the same Parameter as model.embed_tokens.weight
+        owner_name, _, leaf = name.rpartition(".")
+        owner = model.get_submodule(owner_name)
+        # A tensor-parallel layer holds a shard: it checks the full shape and cuts its part.
+        full_shape = tuple(getattr(owner, "full_shapes", {}).get(leaf, param.shape))
         sources = _shard_names(name) or [name]
         missing = [s for s in sources if s not in checkpoint]
         if missing:
@@ -116,15 +121,16 @@ def load_weights(model: nn.Module, folder: str | Path, tie_word_embeddings: bool
                 f"{tuple(param.shape)}) is missing from the checkpoint in {folder}."
             )
         tensor = torch.cat([checkpoint[s] for s in sources], dim=0)
-        if tensor.shape != param.shape:
+        if tuple(tensor.shape) != full_shape:
             detail = ", ".join(f"{s}: {tuple(checkpoint[s].shape)}" for s in sources)
             raise WeightsError(
                 f"Tensor {name!r} has shape {tuple(tensor.shape)} in the checkpoint ({detail}) "
-                f"but the model expects {tuple(param.shape)}; config.json and the weights "
+                f"but the model expects {full_shape}; config.json and the weights "
                 "disagree."
             )
         used.update(sources)
         plan.append((param, tensor))
+        plan_loaders.append(getattr(owner, "weight_loader", None))
     unexpected = sorted(set(checkpoint) - used)
     if tie_word_embeddings and "lm_head.weight" in unexpected:
         unexpected.remove("lm_head.weight")  # some tied checkpoints store the copy anyway
@@ -133,5 +139,8 @@ def load_weights(model: nn.Module, folder: str | Path, tie_word_embeddings: bool
             f"The checkpoint in {folder} has tensors the model does not use: {unexpected[:5]}"
             f"{' ...' if len(unexpected) > 5 else ''}. Is config.json the one for these weights?"
         )
-    for param, tensor in plan:
-        param.copy_(tensor.to(dtype=param.dtype))
+    for (param, tensor), loader in zip(plan, plan_loaders, strict=True):
+        if loader is not None:
+            loader(param, tensor)
+        else:
+            param.copy_(tensor.to(dtype=param.dtype))

@@ -59,16 +59,19 @@ class KVCache:
         page_size: int,
         dtype: torch.dtype,
         device: torch.device | str,
+        num_kv_heads: int | None = None,
     ) -> None:
+        """num_kv_heads: the heads this pool holds (default: the config's; with tensor
+        parallelism, one rank's share)."""
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}.")
         if num_pages < 1:
             raise ValueError(f"num_pages must be >= 1, got {num_pages}.")
         self.num_pages = num_pages
         self.page_size = page_size
-        self.num_kv_heads = cfg.num_key_value_heads
+        self.num_kv_heads = num_kv_heads or cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
-        shape = (num_pages, 2, page_size, cfg.num_key_value_heads, cfg.head_dim)
+        shape = (num_pages, 2, page_size, self.num_kv_heads, cfg.head_dim)
         self.pools = [
             torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)
         ]

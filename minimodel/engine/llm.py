@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from minimodel.config import Qwen3Config
-from minimodel.engine import cuda_graph
+from minimodel.engine import cuda_graph, parallel
 from minimodel.engine.attention import select_backend
 from minimodel.engine.detokenizer import IncrementalDetokenizer
 from minimodel.engine.kv_cache import KVCache, PageAllocator, pages_needed
@@ -27,6 +27,7 @@ from minimodel.engine.runner import ModelRunner
 from minimodel.engine.scheduler import ScheduledBatch, Scheduler
 from minimodel.engine.sequence import Sequence
 from minimodel.hub import resolve_model
+from minimodel.layers import tensor_parallel
 from minimodel.sampling import SamplingParams
 from minimodel.tokenizer import Tokenizer, load_tokenizer
 
@@ -96,6 +97,9 @@ class LLM:
     max_num_seqs: requests running at once. max_num_batched_tokens: tokens per step (longer
         prompts are prefilled in chunks). max_model_len: context limit (default: the config's).
     enforce_eager: no CUDA graphs. skip_tokenizer_init: token-id prompts only, text is "".
+    tensor_parallel_size: processes that split every layer's heads between them (engine/
+        parallel.py): gloo on CPU, NCCL on CUDA; checked before any process starts. Call
+        `close()` (or use `with LLM(...) as llm:`) to stop them.
     """
 
     def __init__(
@@ -112,6 +116,7 @@ class LLM:
         kv_cache_bytes: int | None = None,
         enforce_eager: bool = False,
         skip_tokenizer_init: bool = False,
+        tensor_parallel_size: int = 1,
     ) -> None:
         for name, value in (("page_size", page_size), ("max_num_seqs", max_num_seqs),
                             ("max_num_batched_tokens", max_num_batched_tokens)):
@@ -123,25 +128,36 @@ class LLM:
         if self.device.type == "cuda" and self.device.index is not None:
             torch.cuda.set_device(self.device)  # kernels, graph capture and FlashInfer use it
         self.dtype = _resolve_dtype(dtype, self.device)
+        self.tensor_parallel_size = tp = parallel.check_size(tensor_parallel_size, self.cfg,
+                                                             self.device)
         self.max_model_len = min(max_model_len or self.cfg.max_position_embeddings,
                                  self.cfg.max_position_embeddings)
         self.backend_name, self.backend_reason = select_backend(
             attention_backend, self.device, self.dtype, self.cfg.head_dim
         )
-        graphs_off = cuda_graph.graphs_off_reason(enforce_eager, self.device, self.backend_name)
+        graphs_off = "tensor_parallel_size > 1" if tp > 1 else cuda_graph.graphs_off_reason(
+            enforce_eager, self.device, self.backend_name)
         reserved = 0 if graphs_off else 1  # the padding page, never lent to a request
-        self.model = Qwen3ForCausalLM.from_pretrained(
-            self.folder, self.dtype, self.device, max_positions=self.max_model_len
-        )
+        with tensor_parallel(0, tp):  # rank 0's shards (the whole model with one rank)
+            self.model = Qwen3ForCausalLM.from_pretrained(
+                self.folder, self.dtype, self.device, max_positions=self.max_model_len
+            )
         if num_pages is None:
             num_pages = self._pages_from_budget(page_size, max_num_seqs, kv_cache_bytes,
                                                 reserved)
         elif not isinstance(num_pages, int) or num_pages < 1:
             raise ValueError(f"num_pages must be an integer >= 1 or None, got {num_pages!r}.")
         self.kv_cache = KVCache(self.cfg, num_pages + reserved, page_size, self.dtype,
-                                self.device)
+                                self.device, num_kv_heads=self.model.num_local_heads[1])
         self.allocator = PageAllocator(num_pages)  # lends pages 0 .. num_pages - 1
-        self.runner = ModelRunner(self.model, self.kv_cache, self.backend_name, self.dtype)
+        if tp == 1:
+            self.runner = ModelRunner(self.model, self.kv_cache, self.backend_name, self.dtype)
+        else:
+            self.runner = parallel.ParallelRunner(
+                self.model, self.kv_cache, self.backend_name, self.dtype, parallel.WorkerSpec(
+                    self.folder, tp, self.device.type, self.dtype, self.backend_name,
+                    num_pages + reserved, page_size, self.max_model_len,
+                    threads=max(1, torch.get_num_threads() // tp)))
         if graphs_off:
             self.cuda_graphs_reason = f"off: {graphs_off}"
         else:
@@ -161,6 +177,16 @@ class LLM:
         self.last_batch: ScheduledBatch | None = None  # what the latest step ran (for tracing)
 
     # --- set-up --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the tensor-parallel workers, if any (idempotent; nothing to do with one rank)."""
+        self.runner.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _pages_from_budget(
         self, page_size: int, max_num_seqs: int, budget: int | None, reserved: int

@@ -9,7 +9,14 @@ Differences from the reference model (minimodel/reference/model.py), each for sp
 - attention reads and writes the paged KV cache through an `AttentionBackend`;
 - the LM head runs only on the rows that are sampled (`compute_logits`).
 
-Shapes: N new tokens, C hidden, Hq/Hkv query/KV heads, D head dim, I intermediate, V vocab.
+Every layer comes from `minimodel.layers`, so the same classes run split over N processes
+(tensor parallelism, chapter 10): a model built inside `layers.tensor_parallel(rank, N)` holds
+rank's shards (its query and KV heads, its slice of the intermediate size and of the
+vocabulary) and all-reduces after `o_proj`, after `down_proj` and after the embedding lookup.
+Built outside (one rank) it is the plain model and never communicates.
+
+Shapes: N new tokens, C hidden, Hq/Hkv query/KV heads, D head dim, I intermediate, V vocab
+(Hq, Hkv and I are per rank: the whole model's divided by the rank count).
 """
 
 from __future__ import annotations
@@ -21,18 +28,16 @@ from torch import nn
 
 from minimodel.config import Qwen3Config
 from minimodel.engine.attention import AttentionBackend
-from minimodel.ops import apply_rope, fused_add_rms_norm, rope_cos_sin, silu_and_mul
-from minimodel.reference import model as reference
-
-
-class RMSNorm(reference.RMSNorm):
-    """The reference's RMSNorm, plus `add_forward`, which adds the residual stream first."""
-
-    def add_forward(
-        self, x: torch.Tensor, residual: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(norm(x + residual), x + residual); residual=None means x starts the stream."""
-        return fused_add_rms_norm(x, residual, self.weight, self.eps)
+from minimodel.layers import (
+    MergedColumnParallelLinear,
+    ParallelLMHead,
+    QKVParallelLinear,
+    RMSNorm,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    get_tp,
+)
+from minimodel.ops import apply_rope, rope_cos_sin, silu_and_mul
 
 
 class Qwen3Attention(nn.Module):
@@ -41,11 +46,14 @@ class Qwen3Attention(nn.Module):
     def __init__(self, cfg: Qwen3Config, layer: int) -> None:
         super().__init__()
         self.layer = layer
-        self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
-        self.split = [cfg.q_size, cfg.kv_size, cfg.kv_size]
-        self.qkv_proj = nn.Linear(cfg.hidden_size, sum(self.split), bias=cfg.attention_bias)
-        self.o_proj = nn.Linear(cfg.q_size, cfg.hidden_size, bias=False)
+        self.qkv_proj = QKVParallelLinear(cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads,
+                                          cfg.num_key_value_heads, bias=cfg.attention_bias)
+        # this rank's heads (all of them with one rank)
+        self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
+        q_size, kv_size = self.num_heads * cfg.head_dim, self.num_kv_heads * cfg.head_dim
+        self.split = [q_size, kv_size, kv_size]
+        self.o_proj = RowParallelLinear(cfg.q_size, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
 
@@ -60,7 +68,7 @@ class Qwen3Attention(nn.Module):
         v = v.view(N, self.num_kv_heads, self.head_dim)  # [N, Hkv, D]
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         out = attn.forward(q, k, v, self.layer)  # [N, Hq, D]
-        return self.o_proj(out.reshape(N, self.num_heads * self.head_dim))
+        return self.o_proj(out.reshape(N, self.num_heads * self.head_dim))  # all_reduce inside
 
 
 class Qwen3MLP(nn.Module):
@@ -68,11 +76,13 @@ class Qwen3MLP(nn.Module):
 
     def __init__(self, cfg: Qwen3Config) -> None:
         super().__init__()
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        I = cfg.intermediate_size  # noqa: E741
+        self.gate_up_proj = MergedColumnParallelLinear(cfg.hidden_size, [I, I], bias=False)
+        self.down_proj = RowParallelLinear(I, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))  # [N, 2I] -> [N, C]
+        # [N, 2I] -> [N, I] -> [N, C], all_reduce inside down_proj
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -105,7 +115,7 @@ class Qwen3Model(nn.Module):
 
     def __init__(self, cfg: Qwen3Config) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(
             Qwen3DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)
         )
@@ -132,7 +142,8 @@ class Qwen3ForCausalLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.model = Qwen3Model(cfg)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.tp_rank, self.tp_size = get_tp()
+        self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.rope_cos: torch.Tensor | None = None
@@ -154,8 +165,14 @@ class Qwen3ForCausalLM(nn.Module):
         cos, sin = self.rope_cos[positions], self.rope_sin[positions]  # [N, D] each
         return self.model(input_ids, cos, sin, attn)
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [B, C] (only the rows to sample) -> logits [B, V]."""
+    @property
+    def num_local_heads(self) -> tuple[int, int]:
+        """(query heads, KV heads) this rank computes and caches."""
+        attn = self.model.layers[0].self_attn
+        return attn.num_heads, attn.num_kv_heads
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        """hidden [B, C] (only the rows to sample) -> logits [B, V] (None on ranks > 0)."""
         return self.lm_head(hidden)
 
     @classmethod

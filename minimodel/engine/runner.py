@@ -32,9 +32,13 @@ class ModelRunner:
         self.cfg: Qwen3Config = model.cfg
         self.kv_cache = kv_cache
         self.device = kv_cache.pools[0].device
-        self.backend = BACKENDS[backend_name](kv_cache, self.cfg.num_attention_heads, dtype)
+        num_heads, _ = model.num_local_heads  # all of them with one rank
+        self.backend = BACKENDS[backend_name](kv_cache, num_heads, dtype)
         self.sampler = Sampler(self.device)
         self.graphs = None  # a CUDAGraphRunner once `capture_cuda_graphs` ran
+
+    def close(self) -> None:
+        """Nothing to release with one process (see engine/parallel.py for N)."""
 
     def capture_cuda_graphs(self, max_batch_size: int, padding_page: int) -> None:
         """Capture decode graphs (CUDA + flashinfer backend only)."""
