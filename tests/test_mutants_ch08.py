@@ -4,25 +4,27 @@ from __future__ import annotations
 
 import math
 import statistics
+import types
 from itertools import accumulate
 
 import numpy as np
 import pytest
 import torch
 
+import minimodel as mm
 from minimodel.grading import check
 from minimodel.grading.ch08 import engine_admit, engine_decode_step
 
 # --- ch08.admit -------------------------------------------------------------------------------
 
 
-def admit_solution(waiting, free_pages, page_size, token_budget, max_seqs):
+def admit_solution(waiting, cached, free_pages, page_size, token_budget, max_seqs):
     q_lens = []
-    for n in waiting:
+    for n, c in zip(waiting, cached):
         if token_budget == 0 or len(q_lens) == max_seqs:
             break
         q = min(n, token_budget)
-        pages = -(-q // page_size)
+        pages = -(-(c + q) // page_size) - -(-c // page_size)
         if pages > free_pages:
             break
         q_lens.append(q)
@@ -33,40 +35,44 @@ def admit_solution(waiting, free_pages, page_size, token_budget, max_seqs):
     return q_lens
 
 
-def admit_prefix_sums(waiting, free_pages, page_size, token_budget, max_seqs):
-    """Whole prompts while the running totals of pages and tokens fit, then at most one chunk."""
-    queue = waiting[:max_seqs]
-    pages = list(accumulate(math.ceil(n / page_size) for n in queue))
-    tokens = list(accumulate(queue))
-    k = sum(1 for p, t in zip(pages, tokens) if p <= free_pages and t <= token_budget)
-    out = queue[:k]
-    if k < len(queue):
-        left = token_budget - sum(out)
-        used = pages[k - 1] if k else 0
-        if 0 < left < queue[k] and math.ceil(left / page_size) <= free_pages - used:
-            out.append(left)
+def admit_room_first(waiting, cached, free_pages, page_size, token_budget, max_seqs):
+    """Counts the room left in a partly filled last page, then whole pages for the rest."""
+    out = []
+    for i, n in enumerate(waiting):
+        if len(out) >= max_seqs or token_budget <= 0:
+            break
+        q = n if n <= token_budget else token_budget
+        room = (page_size - cached[i] % page_size) % page_size
+        need = max(0, math.ceil((q - room) / page_size))
+        if need > free_pages:
+            break
+        out.append(q)
+        free_pages, token_budget = free_pages - need, token_budget - q
+        if q != n:
+            break
     return out
 
 
-def admit_recursive(waiting, free_pages, page_size, token_budget, max_seqs):
+def admit_recursive(waiting, cached, free_pages, page_size, token_budget, max_seqs):
     if not waiting or max_seqs == 0 or token_budget <= 0:
         return []
     q = min(waiting[0], token_budget)
-    need = (q + page_size - 1) // page_size
+    c = cached[0]
+    need = (c + q + page_size - 1) // page_size - (c + page_size - 1) // page_size
     if need > free_pages:
         return []
     if q < waiting[0]:
         return [q]
-    return [q] + admit_recursive(waiting[1:], free_pages - need, page_size, token_budget - q,
-                                 max_seqs - 1)
+    return [q] + admit_recursive(waiting[1:], cached[1:], free_pages - need, page_size,
+                                 token_budget - q, max_seqs - 1)
 
 
 def _admit_mutant(pages="ceil", skip=False, budget="chunk", seqs="ok", cumulative=True,
-                  chunk_pages="chunk", chunk_to_pages=False):
-    def fn(waiting, free_pages, page_size, token_budget, max_seqs):
+                  chunk_pages="chunk", chunk_to_pages=False, held="subtract"):
+    def fn(waiting, cached, free_pages, page_size, token_budget, max_seqs):
         out, free, left = [], free_pages, token_budget
         limit = {"ok": max_seqs, "plus1": max_seqs + 1, "none": 10**9}[seqs]
-        for n in waiting:
+        for n, c in zip(waiting, cached):
             if len(out) >= limit:
                 break
             if budget == "ignore":
@@ -78,8 +84,11 @@ def _admit_mutant(pages="ceil", skip=False, budget="chunk", seqs="ok", cumulativ
                 if budget == "whole" and q < n:
                     break
             counted = n if chunk_pages == "whole" else q
-            need = {"ceil": -(-counted // page_size), "floor": counted // page_size,
-                    "plus1": -(-(counted + 1) // page_size)}[pages]
+            if held == "scratch":
+                c = 0  # as if nothing were cached
+            total = {"ceil": -(-(c + counted) // page_size), "floor": (c + counted) // page_size,
+                     "plus1": -(-(c + counted + 1) // page_size)}[pages]
+            need = total - (-(-c // page_size) if held != "keep" else 0)
             if need > free:
                 if chunk_to_pages and free > 0:
                     out.append(free * page_size)
@@ -99,8 +108,9 @@ def _admit_mutant(pages="ceil", skip=False, budget="chunk", seqs="ok", cumulativ
     return fn
 
 
-def admit_mutates(waiting, free_pages, page_size, token_budget, max_seqs):
-    out = admit_solution(list(waiting), free_pages, page_size, token_budget, max_seqs)
+def admit_mutates(waiting, cached, free_pages, page_size, token_budget, max_seqs):
+    out = admit_solution(list(waiting), list(cached), free_pages, page_size, token_budget,
+                         max_seqs)
     del waiting[: len(out)]  # "pop the admitted requests off the queue"
     return out
 
@@ -117,19 +127,23 @@ ADMIT_MUTANTS = {
     "max_seqs off by one": _admit_mutant(seqs="plus1"),
     "free pages never decrease": _admit_mutant(cumulative=False),
     "chunks to the free pages instead of stopping": _admit_mutant(chunk_to_pages=True),
+    "a chunk in progress counts its pages from scratch": _admit_mutant(held="scratch"),
+    "a chunk in progress asks again for the pages it holds": _admit_mutant(held="keep"),
+    "brings the cached tokens again": lambda w, c, *a: admit_solution(
+        [n + k for n, k in zip(w, c)], [0] * len(c), *a),
     "returns the count": lambda *a: len(admit_solution(*a)),
     "returns the indices": lambda *a: list(range(len(admit_solution(*a)))),
     "mutates the queue": admit_mutates,
 }
 
 
-def admit_tuple(waiting, free_pages, page_size, token_budget, max_seqs):
+def admit_tuple(waiting, cached, free_pages, page_size, token_budget, max_seqs):
     """The solution, answering with a tuple of numpy ints."""
-    return tuple(np.int64(q) for q in admit_solution(waiting, free_pages, page_size,
+    return tuple(np.int64(q) for q in admit_solution(waiting, cached, free_pages, page_size,
                                                        token_budget, max_seqs))
 
 
-@pytest.mark.parametrize("fn", [admit_solution, admit_prefix_sums, admit_recursive, admit_tuple])
+@pytest.mark.parametrize("fn", [admit_solution, admit_room_first, admit_recursive, admit_tuple])
 def test_admit_correct(fn):
     assert check("ch08.admit", fn).passed
 
@@ -145,9 +159,13 @@ def test_admit_solution_is_the_engine():
         S = int(torch.randint(1, 9, (), generator=g))
         waiting = torch.randint(1, 50, (int(torch.randint(0, 6, (), generator=g)),),
                                 generator=g).tolist()
-        args = (waiting, int(torch.randint(0, 20, (), generator=g)), S,
+        cached = [0] * len(waiting)
+        if waiting:
+            cached[int(torch.randint(0, len(waiting), (), generator=g))] = int(
+                torch.randint(0, 3 * S, (), generator=g))
+        args = (waiting, cached, int(torch.randint(0, 20, (), generator=g)), S,
                 int(torch.randint(1, 120, (), generator=g)),
-                int(torch.randint(1, 6, (), generator=g)))
+                int(torch.randint(0, 6, (), generator=g)))
         assert admit_solution(*args) == engine_admit(*args), args
 
 
@@ -351,3 +369,280 @@ def test_ttft_correct(fn):
 def test_ttft_mutants(name):
     assert not check("ch08.ttft_tpot", TTFT_MUTANTS[name]).passed
 
+
+
+# --- ch08.my_engine_step: the capstone ----------------------------------------------------------
+#
+# The step is built from the learner's pieces, reached the way a notebook reaches them: admit and
+# decode_step by name, chapter 07 and chapter 05 as learner modules. Each mutant breaks one piece
+# (or one line of the step) and must fail the capstone.
+
+
+def paged_metadata_ok(seq_lens, pages, page_size):
+    used = [-(-n // page_size) for n in seq_lens]
+    kv_indptr = torch.zeros(len(seq_lens) + 1, dtype=torch.int32)
+    kv_indptr[1:] = torch.tensor(used).cumsum(0)
+    kv_indices = torch.tensor([p for table, u in zip(pages, used) for p in table[:u]],
+                              dtype=torch.int32)
+    last = torch.tensor([n - (u - 1) * page_size for n, u in zip(seq_lens, used)],
+                        dtype=torch.int32)
+    return kv_indptr, kv_indices, last
+
+
+def slot_mapping_ok(seq_lens, q_lens, pages, page_size):
+    slots = []
+    for n, q, table in zip(seq_lens, q_lens, pages):
+        for t in range(n - q, n):
+            slots.append(table[t // page_size] * page_size + t % page_size)
+    return torch.tensor(slots, dtype=torch.long)
+
+
+def sample_ok(logits, temperature, top_k, top_p, generator):
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    raise AssertionError("the capstone's requests are greedy")
+
+
+def _named(name, fn):
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+def _learner(name, **functions):
+    module = types.ModuleType(f"learner_test_{name}")
+    for key, fn in functions.items():
+        setattr(module, key, _named(key, fn))
+    return module
+
+
+def engine_step_with(admit, decode_step, ch05, ch07, rows="last", keep_cache=False,
+                     sample_chunks=False):
+    """The solution's step over these pieces; the flags break one line of it on purpose."""
+    from minimodel.engine.attention import AttentionMetadata
+
+    def my_engine_step(engine):
+        S, pool = engine.page_size, engine.allocator
+        waiting, running = engine.waiting, engine.running
+        q_lens = admit([s.num_uncached_tokens for s in waiting],
+                       [s.num_cached_tokens for s in waiting], pool.num_free, S,
+                       engine.token_budget, engine.max_seqs - len(running))
+        if q_lens:
+            seqs = waiting[:len(q_lens)]
+            for seq, q in zip(seqs, q_lens):
+                if q == seq.num_uncached_tokens:
+                    waiting.remove(seq)
+                    running.append(seq)
+        else:
+            decoding, preempted = decode_step([s.num_tokens for s in running], pool.num_free, S)
+            for i in preempted:
+                pool.free(running[i].page_table)
+                running[i].page_table = []
+                if not keep_cache:
+                    running[i].num_cached_tokens = 0
+            waiting[:0] = [running[i] for i in sorted(preempted)]
+            seqs = [running[i] for i in decoding]
+            running[:] = seqs
+            q_lens = [1] * len(seqs)
+        kv_lens = [s.num_cached_tokens + q for s, q in zip(seqs, q_lens)]
+        for seq, n in zip(seqs, kv_lens):
+            seq.page_table += pool.allocate(-(-n // S) - len(seq.page_table))
+        tables = [s.page_table for s in seqs]
+        kv_indptr, kv_indices, last = ch07.paged_metadata(kv_lens, tables, S)
+        qo_indptr = torch.tensor([0, *accumulate(q_lens)], dtype=torch.int32)
+        positions = torch.cat([torch.arange(n - q, n) for n, q in zip(kv_lens, q_lens)])
+        meta = AttentionMetadata(qo_indptr, kv_indptr, kv_indices, last, positions,
+                                 ch07.slot_mapping(kv_lens, q_lens, tables, S), S, q_lens,
+                                 kv_lens)
+        ids = torch.tensor([t for s, q in zip(seqs, q_lens)
+                            for t in s.token_ids[s.num_cached_tokens:s.num_cached_tokens + q]])
+        engine.backend.plan(meta)
+        hidden = engine.model(ids, positions, engine.backend)
+        done = [i for i, (s, n) in enumerate(zip(seqs, kv_lens))
+                if n == s.num_tokens or sample_chunks]
+        row = qo_indptr[1:].long() - 1 if rows == "last" else qo_indptr[:-1].long()
+        logits = engine.model.compute_logits(hidden[row[done]])
+        tokens = ch05.sample(logits, 0.0, 0, 1.0, None).tolist()
+        for s, q in zip(seqs, q_lens):
+            s.num_cached_tokens += q
+        for i, t in zip(done, tokens):
+            s = seqs[i]
+            s.append_token(t, 0.0)
+            if s.num_output_tokens == s.params.max_new_tokens:
+                running.remove(s)
+                pool.free(s.page_table)
+                s.page_table = []
+        return [(s.request_id, q) for s, q in zip(seqs, q_lens)]
+
+    return my_engine_step
+
+
+def engine_step_other_style(admit, decode_step, ch05, ch07):
+    """A correct step written differently: a deque, dicts, packing by hand, argmax per row."""
+    from collections import deque
+
+    from minimodel.engine.attention import AttentionMetadata
+
+    def my_engine_step(engine):
+        S = engine.page_size
+        wanted = admit([r.num_tokens - r.num_cached_tokens for r in engine.waiting],
+                       [r.num_cached_tokens for r in engine.waiting],
+                       engine.allocator.num_free, S, engine.token_budget,
+                       engine.max_seqs - len(engine.running))
+        batch = {}
+        if wanted:
+            for r, q in zip(list(engine.waiting), wanted):
+                batch[r.request_id] = (r, q)
+                if r.num_cached_tokens + q == r.num_tokens:
+                    engine.waiting.pop(0)
+                    engine.running.append(r)
+        else:
+            line = deque(engine.running)
+            go, out = decode_step([r.num_tokens for r in line], engine.allocator.num_free, S)
+            back = []
+            for i in out:
+                r = line[i]
+                engine.allocator.free(r.page_table)
+                r.page_table, r.num_cached_tokens = [], 0
+                back.append(r)
+            engine.waiting = sorted(back, key=lambda r: r.request_id) + engine.waiting
+            engine.running = [line[i] for i in go]
+            batch = {line[i].request_id: (line[i], 1) for i in go}
+        reqs = [r for r, _ in batch.values()]
+        qs = [q for _, q in batch.values()]
+        ends = [r.num_cached_tokens + q for r, q in zip(reqs, qs)]
+        for r, end in zip(reqs, ends):
+            while len(r.page_table) * S < end:
+                r.page_table.extend(engine.allocator.allocate(1))
+        indptr, indices, last_len = ch07.paged_metadata(ends, [r.page_table for r in reqs], S)
+        slots = ch07.slot_mapping(ends, qs, [r.page_table for r in reqs], S)
+        starts = np.cumsum([0] + qs)
+        pos = torch.tensor([p for e, q in zip(ends, qs) for p in range(e - q, e)])
+        engine.backend.plan(AttentionMetadata(
+            qo_indptr=torch.tensor(starts, dtype=torch.int32), kv_indptr=indptr,
+            kv_indices=indices, kv_last_page_len=last_len, positions=pos, slot_mapping=slots,
+            page_size=S, q_lens=qs, kv_lens=ends))
+        ids = torch.tensor(sum((r.token_ids[e - q:e] for r, e, q in zip(reqs, ends, qs)), []))
+        hidden = engine.model(ids, pos, engine.backend)
+        for k, (r, e) in enumerate(zip(reqs, ends)):
+            r.num_cached_tokens = e
+            if e < r.num_tokens:
+                continue  # a chunk of a prompt: no token yet
+            logits = engine.model.compute_logits(hidden[starts[k + 1] - 1][None])
+            r.token_ids.append(int(ch05.sample(logits, 0.0, 0, 1.0, None)[0]))
+            if len(r.token_ids) - r.num_prompt_tokens >= r.params.max_new_tokens:
+                engine.running = [x for x in engine.running if x is not r]
+                engine.allocator.free(r.page_table)
+                r.page_table = []
+        return [(r.request_id, q) for r, q in zip(reqs, qs)]
+
+    return my_engine_step
+
+
+GOOD_CH05 = {"sample": sample_ok}
+GOOD_CH07 = {"paged_metadata": paged_metadata_ok, "slot_mapping": slot_mapping_ok}
+
+
+def _step(ch05=None, ch07=None, admit=admit_solution, decode_step=decode_solution,
+          build=engine_step_with, **flags):
+    return build(_named("admit", admit), _named("decode_step", decode_step),
+                 _learner("ch05", **{**GOOD_CH05, **(ch05 or {})}),
+                 _learner("ch07", **{**GOOD_CH07, **(ch07 or {})}), **flags)
+
+
+def slots_next_offset(seq_lens, q_lens, pages, page_size):
+    """Off by one inside the page: position t goes to offset t % S + 1."""
+    return slot_mapping_ok(seq_lens, q_lens, pages, page_size) + torch.tensor(
+        [1 if (t % page_size) < page_size - 1 else 0 for n, q in zip(seq_lens, q_lens)
+         for t in range(n - q, n)])
+
+
+def slots_contiguous(seq_lens, q_lens, pages, page_size):
+    """Ignores the page table: slots as if each request's tokens were one contiguous block."""
+    return torch.tensor([t for n, q in zip(seq_lens, q_lens) for t in range(n - q, n)])
+
+
+def last_page_minus_one(seq_lens, pages, page_size):
+    indptr, indices, last = paged_metadata_ok(seq_lens, pages, page_size)
+    return indptr, indices, last - 1
+
+
+def last_page_mod(seq_lens, pages, page_size):
+    """n % S: 0 for a full last page."""
+    indptr, indices, _ = paged_metadata_ok(seq_lens, pages, page_size)
+    return indptr, indices, torch.tensor([n % page_size for n in seq_lens], dtype=torch.int32)
+
+
+def admit_ignores_pages(waiting, cached, free_pages, page_size, token_budget, max_seqs):
+    return admit_solution(waiting, cached, 10**6, page_size, token_budget, max_seqs)
+
+
+def decode_never_preempts(num_tokens, free_pages, page_size):
+    return list(range(len(num_tokens))), []
+
+
+STEP_MUTANTS = {
+    "slot mapping off by one inside the page": dict(ch07={"slot_mapping": slots_next_offset}),
+    "slot mapping ignores the page table": dict(ch07={"slot_mapping": slots_contiguous}),
+    "last page length off by one": dict(ch07={"paged_metadata": last_page_minus_one}),
+    "last page length n % S (0 for a full page)": dict(ch07={"paged_metadata": last_page_mod}),
+    "admits beyond the free pages": dict(admit=admit_ignores_pages),
+    "decode never preempts": dict(decode_step=decode_never_preempts),
+    "samples at each request's first new token": dict(rows="first"),
+    "samples a token after a prompt chunk": dict(sample_chunks=True),
+    "a preempted request keeps its cache count": dict(keep_cache=True),
+}
+
+
+@pytest.mark.parametrize("build", [engine_step_with, engine_step_other_style])
+def test_engine_step_correct(build):
+    result = check("ch08.my_engine_step", _step(build=build))
+    assert result.passed, result
+
+
+@pytest.mark.parametrize("name", STEP_MUTANTS)
+def test_engine_step_mutants(name):
+    assert not check("ch08.my_engine_step", _step(**STEP_MUTANTS[name])).passed
+
+
+def test_engine_step_must_use_the_learners_pieces():
+    """A step that samples with its own argmax, not the learner's sample, fails on the spy."""
+    step = _step()
+
+    def argmax_module():
+        module = _learner("ch05", sample=sample_ok)
+        module.sample = lambda logits, *a: logits.argmax(dim=-1)  # not a `sample` of theirs
+        return module
+
+    cells = step.__code__.co_freevars
+    step.__closure__[cells.index("ch05")].cell_contents = argmax_module()
+    result = check("ch08.my_engine_step", step)
+    assert [o.passed for o in result.outcomes] == [True, True, True, False], result
+
+
+def test_engine_step_stub_is_not_implemented_yet():
+    def stub(*a, **k):
+        raise NotImplementedError("your code here")
+
+    result = check("ch08.my_engine_step", _step(ch07={"paged_metadata": stub}))
+    assert not result.implemented and all(o.status == "todo" for o in result.outcomes), result
+
+
+def test_engine_schedule_is_what_mm_LLM_runs():
+    """The capstone's expected batches (the Scheduler without a model) are what mm.LLM ran."""
+    from minimodel.grading import ch08
+
+    torch.manual_seed(0)
+    for tight in (False, True):
+        case = ch08._draw_case(tight)
+        llm = ch08._reference_llm()
+        first = llm._next_id  # the ids this engine gives the case's requests start here
+        for p, m in zip(case.prompts, case.max_new):
+            llm.add_request(p, mm.SamplingParams(temperature=0.0, max_new_tokens=m,
+                                                 ignore_eos=True))
+        trace = []
+        while llm.has_unfinished_requests():
+            llm.step()
+            batch = llm.last_batch
+            trace.append([(s.request_id - first, q) for s, q in zip(batch.seqs, batch.q_lens)])
+        assert trace == case.trace
+        assert (case.preemptions > 0) == tight
