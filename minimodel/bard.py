@@ -366,6 +366,9 @@ class TrainConfig:
     seed: int = 0
 
 
+PHASE2_STEP = 1050  # where the published run switched to corpus2.pt (docs/bard.md)
+
+
 def lr_at(step: int, tc: TrainConfig) -> float:
     """Linear warm-up, then cosine decay to min_lr_ratio * lr, from step tc.cycle_start."""
     step -= tc.cycle_start
@@ -601,9 +604,15 @@ def plot_losses(out: Path, png: Path) -> None:
     smooth = [sum(r["train"] for r in rows[max(0, i - window + 1): i + 1]) / min(i + 1, window)
               for i in range(len(rows))]
     ax.plot(tok, smooth, label=f"train (mean of {window} steps)", color="#444")
-    for key, color in (("val_en", "#1f77b4"), ("val_zh", "#d62728"), ("val_chat", "#2ca02c")):
+    for key, color in (("val_en", "#1f77b4"), ("val_sonnets", "#9467bd"),
+                       ("val_zh", "#d62728"), ("val_chat", "#2ca02c")):
         pts = [(r["tokens"] / 1e6, r[key]) for r in rows if key in r]
-        ax.plot(*zip(*pts), "o-", label=f"validation: {key[4:]}", color=color, markersize=3)
+        if pts:
+            ax.plot(*zip(*pts), "o-", label=f"validation: {key[4:]}", color=color, markersize=3)
+    start = next((r["tokens"] / 1e6 for r in rows if r["step"] == PHASE2_STEP), None)
+    if start is not None and any("val_sonnets" in r for r in rows):
+        ax.axvline(start, color="#888", linestyle=":", linewidth=1)
+        ax.text(start, 0.3, " phase 2: passages, poems weighted", fontsize=8, color="#555")
     ax.set_xlabel("tokens seen (millions)")
     ax.set_ylabel("cross-entropy (nats per token)")
     ax.set_title("bard: next-token loss over the full 151,936-id vocabulary")

@@ -86,11 +86,11 @@ def functions_in(text: str) -> list[ast.AST]:
     text = textwrap.dedent(text)
     found = []
     starts = [m.start() for m in re.finditer(r"^[ \t]*(?:async )?def ", text, re.M)]
-    for chunk in [text] + [textwrap.dedent(text[s:]) for s in starts]:
+    for chunk in [text] + [text[s:] for s in starts]:
         lines = chunk.splitlines()
         for end in range(len(lines), 0, -1):  # the longest prefix that parses
             try:
-                tree = ast.parse("\n".join(lines[:end]))
+                tree = ast.parse(textwrap.dedent("\n".join(lines[:end])))
             except SyntaxError:
                 continue
             found += [n for n in ast.walk(tree)

@@ -97,3 +97,14 @@ def test_library_functions_are_not_the_learners():
     assert not is_learner_function(json.dumps)
     assert not is_learner_function(learner_module)
     assert is_learner_function(write_notebook)
+
+
+def test_reveal_cells_are_not_the_learners(folder):
+    path = write_notebook(folder / "ch05_reveal.ipynb", [
+        "def apply(x):\n    return x + 1\n",
+        "def apply(x, y):  # the package's version, shown after the exercise\n    return x\n",
+    ])
+    nb = json.loads(path.read_text())
+    nb["cells"][1]["metadata"]["tags"] = ["reveal"]
+    path.write_text(json.dumps(nb))
+    assert learner_module("ch05").apply(1) == 2

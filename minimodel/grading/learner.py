@@ -93,8 +93,8 @@ def definitions_source(notebook: Path) -> str:
     nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
     parts = []
     for i, cell in enumerate(nb["cells"]):
-        if cell["cell_type"] != "code":
-            continue
+        if cell["cell_type"] != "code" or "reveal" in cell.get("metadata", {}).get("tags", []):
+            continue  # a reveal cell shows the package's code: not the learner's
         try:
             tree = ast.parse(_cell_source(cell))
         except SyntaxError as e:
