@@ -49,6 +49,74 @@ def test_causal_mask_mutants(name):
     assert not check("ch03.causal_mask", MASK_MUTANTS[name]).passed
 
 
+# --- sliding_window_mask -------------------------------------------------------------------
+
+
+def _check_window(window):
+    if window < 1:
+        raise ValueError(f"the window must be at least 1 token, got {window}")
+
+
+def window_ok(T, window):
+    _check_window(window)
+    t = torch.arange(T)
+    return (t[:, None] >= t[None, :]) & (t[:, None] - t[None, :] < window)
+
+
+def window_ok_tril(T, window):
+    _check_window(window)
+    ones = torch.ones(T, T, dtype=torch.bool)
+    return ones.tril() & ~ones.tril(-window)
+
+
+def window_ok_loop(T, window):
+    if window <= 0:
+        raise ValueError("window must be positive")
+    m = torch.zeros(T, T, dtype=torch.bool)
+    for t in range(T):
+        m[t, max(0, t - window + 1): t + 1] = True
+    return m
+
+
+def _window_mutant(keep):
+    def fn(T, window):
+        _check_window(window)
+        t = torch.arange(T)
+        return keep(t[:, None], t[None, :], window)
+
+    return fn
+
+
+WINDOW_MUTANTS = {
+    "window + 1 keys": _window_mutant(lambda t, s, w: (s <= t) & (t - s <= w)),
+    "window - 1 keys": _window_mutant(lambda t, s, w: (s <= t) & (t - s < w - 1)),
+    "window ignored": _window_mutant(lambda t, s, w: s <= t),
+    "not causal (both sides)": _window_mutant(lambda t, s, w: (t - s).abs() < w),
+    "transposed": _window_mutant(lambda t, s, w: (t <= s) & (s - t < w)),
+    "diagonal excluded": _window_mutant(lambda t, s, w: (s < t) & (t - s <= w)),
+    "window from the start": _window_mutant(lambda t, s, w: (s <= t) & (s < w)),
+    "float mask": lambda T, w: window_ok(T, w).float(),
+    "no error for window 0 (all False rows)": lambda T, w: window_ok(T, 1) & (w > 0),
+    "window 0 clamped to 1": lambda T, w: window_ok(T, max(w, 1)),
+    "fixed size": lambda T, w: window_ok(8, w),
+}
+
+
+@pytest.mark.parametrize("fn", [window_ok, window_ok_tril, window_ok_loop])
+def test_sliding_window_correct(fn):
+    assert check("ch03.sliding_window_mask", fn).passed
+
+
+@pytest.mark.parametrize("name", WINDOW_MUTANTS)
+def test_sliding_window_mutants(name):
+    assert not check("ch03.sliding_window_mask", WINDOW_MUTANTS[name]).passed
+
+
+def test_sliding_window_hint_names_the_off_by_one():
+    result = check("ch03.sliding_window_mask", WINDOW_MUTANTS["window + 1 keys"])
+    assert any("counts the query itself" in o.message for o in result.outcomes if not o.passed)
+
+
 # --- repeat_kv -----------------------------------------------------------------------------
 
 
@@ -200,7 +268,19 @@ def test_attention_hint_names_the_mistake():
     result = check("ch03.attention", ATTN_MUTANTS["missing 1/sqrt(D)"])
     assert any("1/sqrt(D)" in o.message for o in result.outcomes if not o.passed)
     result = check("ch03.attention", ATTN_MUTANTS["K/V repeated in the wrong order"])
-    assert any("repeat_interleave" in o.message for o in result.outcomes if not o.passed)
+    assert any("0,1,0,1" in o.message for o in result.outcomes if not o.passed)
+
+
+def test_hints_do_not_hand_over_the_fix():
+    """A hint says what is wrong and why, never the call that fixes it."""
+    messages = []
+    for exercise, mutants in (("ch03.causal_mask", MASK_MUTANTS), ("ch03.repeat_kv", KV_MUTANTS),
+                              ("ch03.attention", ATTN_MUTANTS),
+                              ("ch03.sliding_window_mask", WINDOW_MUTANTS)):
+        for fn in mutants.values():
+            messages += [o.message for o in check(exercise, fn).outcomes if not o.passed]
+    for fix in ("tril(", "triu(", "repeat_interleave", "masked_fill(", "torch.ones("):
+        assert not any(fix in m for m in messages), fix
 
 
 # --- is_causal -----------------------------------------------------------------------------

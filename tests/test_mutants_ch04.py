@@ -437,3 +437,16 @@ def test_forward_on_unwritten_pieces_is_not_implemented_yet(tmp_path):
     shutil.copy(SOLUTIONS / "ch04_block.ipynb", tmp_path)
     result = check("ch04.my_qwen3_forward", learner_module("ch04", tmp_path).my_qwen3_forward)
     assert not result.implemented, str(result)
+
+
+def test_a_broken_earlier_notebook_breaks_the_capstone(tmp_path):
+    """The solved capstone, next to a ch03 notebook whose attention tiles the K/V heads."""
+    for name in ("ch01_tokens_and_embeddings", "ch02_rope", "ch04_block"):
+        shutil.copy(SOLUTIONS / f"{name}.ipynb", tmp_path)
+    text = (SOLUTIONS / "ch03_attention.ipynb").read_text(encoding="utf-8")
+    right = "k, v = repeat_kv(k, groups), repeat_kv(v, groups)"
+    assert right in text
+    broken = "k, v = k.repeat(1, groups, 1, 1), v.repeat(1, groups, 1, 1)"
+    (tmp_path / "ch03_attention.ipynb").write_text(text.replace(right, broken), encoding="utf-8")
+    result = check("ch04.my_qwen3_forward", learner_module("ch04", tmp_path).my_qwen3_forward)
+    assert result.implemented and not result.passed, str(result)

@@ -1,5 +1,5 @@
-"""Checks of chapter 03 (attention and masks): causal_mask, repeat_kv, attention, is_causal,
-predict_shapes.
+"""Checks of chapter 03 (attention and masks): causal_mask, sliding_window_mask, repeat_kv,
+attention, is_causal, predict_shapes.
 
 Shapes: B batch, T queries, S keys, C hidden, Hq query heads, Hkv KV heads, D head dim, V vocab.
 Expected values come from the package itself (minimodel.ops.softmax_attention,
@@ -37,8 +37,9 @@ def _mask_shape(fn: Callable) -> None:
     for T, m in _masks(fn):
         expect(
             m.dtype == torch.bool,
-            f"causal_mask({T}) has dtype {m.dtype}; it should be torch.bool (True = may attend), "
-            "e.g. torch.ones(T, T, dtype=torch.bool).tril()",
+            f"causal_mask({T}) has dtype {m.dtype}; it should be torch.bool (True = may attend): "
+            "masked_fill and ~ treat a bool mask as a rule, while a 0/1 or -inf float mask means "
+            "something else to every function that receives it.",
         )
 
 
@@ -50,7 +51,8 @@ def _mask_diagonal(fn: Callable) -> None:
             t = int((~diag).nonzero()[0])
             raise CheckFailed(
                 f"causal_mask({T})[{t}, {t}] is False: query {t} may not read its own key. "
-                "The diagonal must be True (use tril(), not tril(-1))."
+                "The diagonal must be True: a token may read itself, and the first token has "
+                "nothing else to read."
             )
 
 
@@ -85,6 +87,91 @@ def _mask_past(fn: Callable) -> None:
             )
 
 
+# --- sliding_window_mask -------------------------------------------------------------------
+
+# (T, window): a window of 1 (only itself), inside T, exactly T, beyond T
+_WINDOW_CASES = ((1, 1), (5, 1), (6, 2), (7, 3), (9, 4), (16, 5), (8, 8), (5, 9), (33, 7))
+
+
+def _expected_window(T: int, window: int) -> torch.Tensor:
+    t = torch.arange(T)
+    behind = t[:, None] - t[None, :]  # [T, T]: how far key s lies behind query t
+    return (behind >= 0) & (behind < window)
+
+
+def _window_mask(fn: Callable, T: int, window: int) -> torch.Tensor:
+    m = fn(T, window)
+    expect_shape(m, (T, T), f"sliding_window_mask({T}, {window})")
+    expect(m.dtype == torch.bool,
+           f"sliding_window_mask({T}, {window}) has dtype {m.dtype}; it should be torch.bool "
+           "(True = may attend), like causal_mask.")
+    return m
+
+
+def _explain_window(m: torch.Tensor, T: int, window: int) -> None:
+    want = _expected_window(T, window)
+    if torch.equal(m, want):
+        return
+    t, s = (int(i) for i in (m != want).nonzero()[0])
+    where = f"sliding_window_mask({T}, {window})[{t}, {s}] is {bool(m[t, s])}"
+    if s > t:
+        raise CheckFailed(f"{where}: query {t} could read the later token {s}. A sliding "
+                          "window is still causal: it hides the future and the far past.")
+    expected = min(window, t + 1)
+    if torch.equal(m, _expected_window(T, window + 1)):
+        hint = (f" Every query reads up to window + 1 = {window + 1} keys; the window counts the "
+                "query itself.")
+    elif window > 1 and torch.equal(m, _expected_window(T, window - 1)):
+        hint = (f" Every query reads up to window - 1 = {window - 1} keys; the window counts the "
+                "query itself too.")
+    elif torch.equal(m, _expected_window(T, T)):
+        hint = " It is the plain causal mask: the window is ignored."
+    else:
+        hint = ""
+    raise CheckFailed(f"{where}: query {t} reads {int(m[t].sum())} keys, expected the "
+                      f"{expected} keys {t - expected + 1}..{t}." + hint)
+
+
+@exercise("ch03.sliding_window_mask", "is a bool [T, T] tensor for T from 1 to 33, windows 1 to 9")
+def _window_shape(fn: Callable) -> None:
+    for T, window in _WINDOW_CASES:
+        _window_mask(fn, T, window)
+
+
+@exercise("ch03.sliding_window_mask",
+          "query t reads exactly keys t-window+1 .. t (itself and the window-1 before it)")
+def _window_band(fn: Callable) -> None:
+    drawn = [(int(T), int(torch.randint(1, int(T) + 1, ()))) for T in torch.randint(2, 40, (6,))]
+    for T, window in (*_WINDOW_CASES, *drawn):
+        _explain_window(_window_mask(fn, T, window), T, window)
+
+
+@exercise("ch03.sliding_window_mask",
+          "window 1 is the diagonal; a window of T or more is the causal mask")
+def _window_edges(fn: Callable) -> None:
+    for T in (1, 4, 11):
+        expect(torch.equal(_window_mask(fn, T, 1), torch.eye(T, dtype=torch.bool)),
+               f"sliding_window_mask({T}, 1) should be the diagonal only: with a window of one "
+               "token, every token reads just itself.")
+        for window in (T, T + 1, 3 * T + 2):
+            _explain_window(_window_mask(fn, T, window), T, window)
+
+
+@exercise("ch03.sliding_window_mask", "raises ValueError for a window below 1")
+def _window_invalid(fn: Callable) -> None:
+    for window in (0, -3):
+        try:
+            out = fn(6, window)
+        except ValueError:
+            continue
+        what = "all False" if isinstance(out, torch.Tensor) and not out.bool().any() else "a mask"
+        raise CheckFailed(
+            f"sliding_window_mask(6, {window}) returned {what}. A window below 1 leaves every "
+            "query with no key to read (a softmax over -inf only gives NaN): raise a ValueError "
+            "that says the window must be at least 1."
+        )
+
+
 # --- repeat_kv -----------------------------------------------------------------------------
 
 # (B, Hkv, S, D, groups): MHA (groups 1), GQA, MQA (Hkv 1)
@@ -98,7 +185,7 @@ def _kv_shape(fn: Callable) -> None:
         expect_shape(fn(x, g), (B, Hkv * g, S, D), f"repeat_kv(x of shape {(B, Hkv, S, D)}, {g})")
 
 
-@exercise("ch03.repeat_kv", "query head h reads KV head h // groups (repeat_interleave order)")
+@exercise("ch03.repeat_kv", "query head h reads KV head h // groups (order 0,0,..,1,1,..)")
 def _kv_order(fn: Callable) -> None:
     for B, Hkv, S, D, g in _KV_CASES:
         x = torch.randn(B, Hkv, S, D)
@@ -111,9 +198,9 @@ def _kv_order(fn: Callable) -> None:
             raise CheckFailed(
                 f"with Hkv={Hkv}, groups={g}: output head {h} is not KV head {h // g}."
                 + (
-                    " Your heads are in the order 0,1,..,0,1,.. (torch.repeat / tile); query "
-                    "heads come in consecutive groups, so the order must be 0,0,..,1,1,.. "
-                    "(repeat_interleave on dim 1)."
+                    " Your heads are in the order 0,1,..,0,1,.. (the whole stack tiled); query "
+                    "heads come in consecutive groups, so each KV head must be copied `groups` "
+                    "times in place: 0,0,..,1,1,.."
                     if tiled
                     else " Head h must be an exact copy of x[:, h // groups]."
                 )
@@ -187,8 +274,8 @@ def _diagnose(
             return " It matches the transposed mask: mask[t, s] says whether query t reads key s."
         if (~mask).any(-1).all() and same(_expected_attention(q, k, v, ~mask, D**-0.5)):
             return (
-                " It matches the inverted mask: True means 'may attend', so fill -inf where "
-                "the mask is False (masked_fill(~mask, -inf))."
+                " It matches the inverted mask: True means 'may attend', so the scores that "
+                "become -inf are those where the mask is False."
             )
         if same(_expected_attention(q, k, v, None, D**-0.5)):
             return " It matches attention with no mask at all: apply the mask to the scores."
@@ -196,8 +283,8 @@ def _diagnose(
         tiled_k, tiled_v = k.repeat(1, groups, 1, 1), v.repeat(1, groups, 1, 1)
         if same(_expected_attention(q, tiled_k, tiled_v, mask, D**-0.5)):
             return (
-                " It matches K/V repeated in the order 0,1,0,1 (torch.repeat): query head h "
-                "reads KV head h // groups, so use repeat_interleave."
+                " It matches K/V heads tiled in the order 0,1,0,1: query head h reads KV head "
+                "h // groups, so consecutive query heads share a KV head (0,0,1,1)."
             )
     scores = q.double() @ ref_repeat_kv(k.double(), groups).transpose(-1, -2) * D**-0.5
     if mask is not None:
@@ -536,7 +623,7 @@ def _as_shape(value: object) -> tuple[int, ...] | None:
 
 def _not_a_shape(value: object) -> str:
     if isinstance(value, torch.Tensor):
-        return f"a tuple of ints, got a tensor; return tuple(t.shape), e.g. {tuple(value.shape)}."
+        return f"a tuple of ints (a shape), got a tensor of shape {tuple(value.shape)}."
     return f"a tuple of ints, got {value!r}."
 
 

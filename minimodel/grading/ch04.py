@@ -347,7 +347,8 @@ def _merge_dtype(fn: Callable) -> None:
     expect(merged.dtype == torch.bfloat16,
            f"merge_qkv of bfloat16 weights returned {_name(merged.dtype)}; keep their dtype.")
     expect(torch.equal(merged, torch.cat([w_q, w_k, w_v])),
-           "merge_qkv should only stack the weights: torch.cat of w_q, w_k, w_v along dim 0.")
+           "merge_qkv changed the weights' values: the merged weight holds the rows of w_q, "
+           "then w_k, then w_v, exactly as they are (no transpose, no arithmetic).")
 
 
 # --- my_qwen3_forward: the part-1 capstone -------------------------------------------------
