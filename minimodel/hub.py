@@ -73,7 +73,7 @@ HF_ALLOW_PATTERNS = [
 # and Song poems (docs/bard.md). Its weights ship inside the package; the folder in the cache adds
 # the tokenizer files. sha256 of its tensors (names, dtypes, shapes, bytes), as weights_checksum.
 BARD_DIR = Path(__file__).resolve().parent / "models" / "bard"
-BARD_SHA256 = "2aac69887b16e846771a7cbd97d0823b6ec0a24a002484c93366296a5f2432c5"
+BARD_SHA256 = "9caea7ba13f6f705e05bb474f7584cff785767527b66d38c9e2756ea011d83f1"
 
 
 def minimodel_home() -> Path:
