@@ -1,4 +1,4 @@
-"""Command line: python -m minimodel {generate,chat,bench,grade,exercises,info}."""
+"""Command line: python -m minimodel {generate,chat,serve,bench,grade,exercises,info}."""
 
 from __future__ import annotations
 
@@ -76,6 +76,23 @@ def cmd_chat(args: argparse.Namespace) -> int:
             print(delta, end="", flush=True)
         print()
         messages.append({"role": "assistant", "content": reply})
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import torch
+
+    from minimodel.engine import LLM
+    from minimodel.serve import serve
+
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    with LLM(args.model, device=args.device, dtype=dtype, max_num_seqs=args.max_num_seqs,
+             num_pages=args.num_pages, tensor_parallel_size=args.tensor_parallel_size) as llm:
+        name = args.served_model_name or args.model
+        print(f"minimodel: serving {name!r} on http://{args.host}:{args.port} "
+              f"(OpenAI API under /v1; Ctrl-C stops)", flush=True)
+        serve(llm, name, host=args.host, port=args.port, api_key=args.api_key,
+              max_requests=args.max_requests, log_level=args.log_level)
     return 0
 
 
@@ -166,6 +183,28 @@ def build_parser() -> argparse.ArgumentParser:
     _sampling_args(p)
     p.add_argument("--think", action="store_true", help="enable Qwen3's thinking mode")
     p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (streaming, /v1/...)")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="bard (default), tiny, random:<shape>, folder, repo id")
+    p.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="127.0.0.1 (default: this machine only); 0.0.0.0 opens it to the network")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on /v1 (default: no key)")
+    p.add_argument("--served-model-name", default=None,
+                   help="the model name clients send (default: --model)")
+    p.add_argument("--max-num-seqs", type=int, default=64, help="requests decoded at once")
+    p.add_argument("--num-pages", type=int, default=None,
+                   help="KV pages (default: sized from memory, 1 GiB on a CPU)")
+    p.add_argument("--tensor-parallel-size", type=int, default=1,
+                   help="processes that split the model (chapter 10)")
+    p.add_argument("--max-requests", type=int, default=256,
+                   help="requests held at once (running + waiting); more get HTTP 429")
+    p.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("info", help="versions, device, cache folder, attention backends")
     p.set_defaults(func=cmd_info)

@@ -1,0 +1,413 @@
+"""The HTTP side: OpenAI's routes around one EngineLoop (FastAPI; sse-starlette for streams).
+
+What a request goes through:
+    parse the JSON body (400 if malformed) -> check model name, sampling fields (400)
+    -> tokenise (the chat template for chat) -> admit (429 when the server is full)
+    -> the engine thread queues it (400 if the engine rejects the prompt)
+    -> token ids come back step by step -> detokenise, hold back a possible stop string
+    -> JSON at the end, or one server-sent event per step, then `data: [DONE]`.
+A client that disconnects is aborted: its pages are freed before the engine's next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from sse_starlette import EventSourceResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
+
+from minimodel.engine.detokenizer import IncrementalDetokenizer
+from minimodel.engine.llm import RequestOutput
+from minimodel.sampling import SamplingParams
+from minimodel.serve.engine_loop import EngineLoop, EngineStopped, Job, ServerBusy
+from minimodel.serve.protocol import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    bad_request,
+    check_fields,
+    message_dicts,
+    parse,
+    sampling_params,
+    wants_logprobs,
+)
+from minimodel.tokenizer import Tokenizer, load_tokenizer
+
+log = logging.getLogger("minimodel.serve")
+T = TypeVar("T")
+
+
+class _SkipSpecial:
+    """A decoder that leaves control tokens (<|im_end|>, <|endoftext|>) out of the text."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+class ChoiceText:
+    """The text of one choice as its tokens arrive.
+
+    Deltas never end inside a character, and the last len(stop) - 1 characters wait until it
+    is clear they do not begin a stop string (the engine cuts the text there). The final text
+    is the engine's own `RequestOutput.text` (control tokens left out with skip_special).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, params: SamplingParams, skip_special: bool) -> None:
+        self.tokenizer, self.params, self.skip_special = tokenizer, params, skip_special
+        self.detok = IncrementalDetokenizer(_SkipSpecial(tokenizer) if skip_special
+                                            else tokenizer)
+        self.hold = max((len(s) for s in params.stop or []), default=1) - 1
+        self.sent = 0  # characters already handed out
+
+    def push(self, token_ids: list[int]) -> str:
+        for token_id in token_ids:
+            self.detok.push(token_id)
+        ready = len(self.detok.text) - self.hold
+        if ready <= self.sent:
+            return ""
+        delta = self.detok.text[self.sent:ready]
+        self.sent = ready
+        return delta
+
+    def final_text(self, out: RequestOutput) -> str:
+        if not self.skip_special:
+            return out.text
+        text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+        hits = [i for i in (text.find(s) for s in self.params.stop or []) if i >= 0]
+        return text[:min(hits)] if out.finish_reason == "stop" and hits else text
+
+    def finish(self, out: RequestOutput) -> str:
+        """The rest of the text, once the request has finished."""
+        final = self.final_text(out)
+        delta = final[self.sent:]
+        self.sent = len(final)
+        return delta
+
+
+def _token_texts(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
+    return [tokenizer.decode([i]) for i in ids]
+
+
+def completion_logprobs(tokenizer: Tokenizer, ids: list[int], logprobs: list[float],
+                        offset: int = 0) -> dict[str, Any]:
+    """The `logprobs` object of a completion choice: the chosen tokens only.
+
+    top_logprobs is null: the engine computes the log-probability of the sampled token, not
+    of the alternatives. text_offset counts characters from the start of the choice's text.
+    """
+    texts = _token_texts(tokenizer, ids)
+    offsets = []
+    for text in texts:
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": texts, "token_logprobs": logprobs, "top_logprobs": None,
+            "text_offset": offsets}
+
+
+def chat_logprobs(tokenizer: Tokenizer, ids: list[int], logprobs: list[float]) -> dict[str, Any]:
+    """The `logprobs` object of a chat choice; `bytes` is null for a piece of a character."""
+    content = []
+    for text, lp in zip(_token_texts(tokenizer, ids), logprobs, strict=True):
+        raw = None if "\ufffd" in text else list(text.encode("utf-8"))
+        content.append({"token": text, "logprob": lp, "bytes": raw, "top_logprobs": []})
+    return {"content": content}
+
+
+class _EventStream(EventSourceResponse):
+    """Server-sent events that cancel their job however the response ends: finished, the
+    client gone (sse-starlette notices the disconnect and stops the stream), or shutdown."""
+
+    def __init__(self, events: AsyncIterator[dict[str, str]], job: Job) -> None:
+        # "data: {...}\n\n" and nothing else, as OpenAI sends: no keep-alive comments either
+        super().__init__(events, sep="\n", ping=0)
+        self.job = job
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.job.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone (the body is read already: only disconnects come)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """The result of `work`, or None (and `work` cancelled) if the client goes first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+    return task.result() if task.done() and not task.cancelled() else None
+
+
+class _Kind:
+    """What differs between /v1/completions and /v1/chat/completions in the answer."""
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+        self.object = "chat.completion" if chat else "text_completion"
+        self.chunk_object = "chat.completion.chunk" if chat else "text_completion"
+        self.id_prefix = "chatcmpl-" if chat else "cmpl-"
+
+    def choice(self, index: int, text: str, logprobs: Any, finish: str | None) -> dict:
+        if self.chat:
+            return {"index": index, "message": {"role": "assistant", "content": text},
+                    "logprobs": logprobs, "finish_reason": finish}
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+
+    def chunk_choice(self, index: int, text: str | None, logprobs: Any,
+                     finish: str | None, role: bool = False) -> dict:
+        if self.chat:
+            delta: dict[str, str] = {"role": "assistant"} if role else {}
+            if text is not None:
+                delta["content"] = text
+            return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        return {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
+
+
+def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None) -> FastAPI:
+    """The FastAPI app around `engine`; its lifespan starts and stops the engine thread."""
+    llm = engine.llm
+    # The HTTP side's own tokenizer: it tokenises prompts and detokenises answers here, while
+    # the engine thread only runs steps (and checks stop strings with its own).
+    tokenizer = load_tokenizer(llm.folder)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine.start()
+        try:
+            yield
+        finally:
+            engine.stop()
+
+    app = FastAPI(title="minimodel", summary="An OpenAI-compatible server around one LLM.",
+                  lifespan=lifespan)
+    app.state.engine = engine
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, err: APIError) -> JSONResponse:
+        headers = {"Retry-After": "1"} if err.status == 429 else None
+        return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if err.status_code == 404 else "invalid_request_error"
+        return JSONResponse(APIError(err.status_code, str(err.detail), kind).body(),
+                            status_code=err.status_code)
+
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, err: Exception) -> JSONResponse:
+        log.exception("request failed")
+        return JSONResponse(APIError(500, f"Internal error: {err!r}", "server_error").body(),
+                            status_code=500)
+
+    async def check_api_key(request: Request) -> None:
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+            raise APIError(401, "Missing or wrong API key: send the header "
+                           "'Authorization: Bearer <key>'.", code="invalid_api_key")
+
+    def check_model(name: str | None) -> None:
+        if name is not None and name != model_name:
+            raise bad_request(f"The model {name!r} does not exist here; this server serves "
+                              f"{model_name!r} (see /v1/models).", param="model",
+                              code="model_not_found")
+
+    def context_left(prompt: list[int]) -> int:
+        return max(llm.max_model_len - len(prompt), 0)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        alive = engine.is_alive
+        body = {"status": "ok" if alive else "engine stopped", "model": model_name,
+                **engine.stats()}
+        return JSONResponse(body, status_code=200 if alive else 503)
+
+    @app.get("/v1/models", dependencies=[Depends(check_api_key)])
+    async def models() -> dict:
+        return {"object": "list", "data": [{
+            "id": model_name, "object": "model", "created": int(time.time()),
+            "owned_by": "minimodel", "max_model_len": llm.max_model_len}]}
+
+    @app.post("/v1/completions", dependencies=[Depends(check_api_key)])
+    async def completions(request: Request) -> Response:
+        req: CompletionRequest = parse(CompletionRequest, await request.body())
+        check_model(req.model)
+        check_fields(req)
+        prompts = _completion_prompts(req.prompt, tokenizer)
+        requests = [(ids, sampling_params(req, 16, j)) for ids in prompts for j in range(req.n)]
+        skip = bool(req.skip_special_tokens)
+        return await _answer(request, engine, tokenizer, _Kind(chat=False), req, requests,
+                             prompts, model_name, skip, "prompt")
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(check_api_key)])
+    async def chat_completions(request: Request) -> Response:
+        req: ChatCompletionRequest = parse(ChatCompletionRequest, await request.body())
+        check_model(req.model)
+        check_fields(req)
+        kwargs = dict(req.chat_template_kwargs or {})
+        thinking = kwargs.pop("enable_thinking", True)
+        if req.enable_thinking is not None:
+            thinking = req.enable_thinking
+        try:
+            ids = tokenizer.apply_chat_template(message_dicts(req.messages),
+                                                add_generation_prompt=True,
+                                                enable_thinking=bool(thinking), tokenize=True,
+                                                **kwargs)
+        except APIError:
+            raise
+        except Exception as err:  # the template rejects the conversation
+            raise bad_request(f"messages: the chat template cannot render them: {err}",
+                              param="messages") from None
+        requests = [(ids, sampling_params(req, context_left(ids), j)) for j in range(req.n)]
+        skip = req.skip_special_tokens is not False  # chat: on unless asked otherwise
+        return await _answer(request, engine, tokenizer, _Kind(chat=True), req, requests,
+                             [ids], model_name, skip, "messages")
+
+    return app
+
+
+def _completion_prompts(prompt: Any, tokenizer: Tokenizer) -> list[list[int]]:
+    """A prompt, a list of prompts, token ids or a list of them -> token-id prompts."""
+    if isinstance(prompt, str):
+        prompts: list[Any] = [prompt]
+    elif prompt and all(isinstance(t, int) for t in prompt):
+        prompts = [prompt]
+    else:
+        prompts = list(prompt)
+    if not prompts:
+        raise bad_request("prompt is empty: give at least one token.", param="prompt")
+    out = [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+    if any(not ids for ids in out):
+        raise bad_request("prompt is empty: give at least one token.", param="prompt")
+    return out
+
+
+async def _answer(request: Request, engine: EngineLoop, tokenizer: Tokenizer, kind: _Kind,
+                  req: CompletionRequest | ChatCompletionRequest,
+                  requests: list[tuple[list[int], SamplingParams]], prompts: list[list[int]],
+                  model_name: str, skip_special: bool, prompt_param: str) -> Response:
+    """Submit the requests of one HTTP request and answer: JSON, or a stream of events."""
+    job = engine.job()
+    try:
+        await job.submit(requests)
+    except ValueError as err:
+        raise bad_request(str(err), param=prompt_param) from None
+    except ServerBusy as err:
+        raise APIError(429, str(err), "rate_limit_error", code="too_many_requests") from None
+    except EngineStopped as err:
+        raise APIError(503, str(err), "server_error", code="unavailable") from None
+    meta = {"id": kind.id_prefix + uuid.uuid4().hex, "created": int(time.time()),
+            "model": model_name}
+    texts = [ChoiceText(tokenizer, params, skip_special) for _, params in requests]
+    logprobs = wants_logprobs(req)
+    prompt_tokens = sum(len(p) for p in prompts)
+    if req.stream:
+        usage = bool(req.stream_options and req.stream_options.include_usage)
+        events = _events(job, kind, meta, texts, tokenizer, logprobs, prompt_tokens, usage)
+        return _EventStream(events, job)
+    try:
+        outputs = await _unless_disconnected(request, _collect(job, len(requests)))
+    finally:
+        job.cancel()
+    if outputs is None:  # the client is gone: nobody reads this
+        return Response(status_code=499)
+    choices = []
+    for i, (out, text) in enumerate(zip(outputs, texts, strict=True)):
+        lp = None
+        if logprobs:
+            ids, lps = out.token_ids, out.logprobs or []
+            lp = (chat_logprobs(tokenizer, ids, lps) if kind.chat
+                  else completion_logprobs(tokenizer, ids, lps))
+        choices.append(kind.choice(i, text.final_text(out), lp, out.finish_reason))
+    completion_tokens = sum(len(o.token_ids) for o in outputs)
+    return JSONResponse({**meta, "object": kind.object, "choices": choices,
+                         "usage": _usage(prompt_tokens, completion_tokens)})
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+async def _collect(job: Job, n: int) -> list[RequestOutput]:
+    outputs: list[RequestOutput | None] = [None] * n
+    async for update in job.updates():
+        if update.error is not None:
+            kind = "server_error" if update.status >= 500 else "invalid_request_error"
+            raise APIError(update.status, update.error, kind)
+        if update.output is not None:
+            outputs[update.index] = update.output
+    return outputs  # type: ignore[return-value]
+
+
+async def _events(job: Job, kind: _Kind, meta: dict, texts: list[ChoiceText],
+                  tokenizer: Tokenizer, logprobs: bool, prompt_tokens: int,
+                  include_usage: bool) -> AsyncIterator[dict[str, str]]:
+    """The event stream: a chunk per step that brings text, the finish reasons, [DONE]."""
+
+    def event(choices: list[dict], usage: dict | None = None) -> dict[str, str]:
+        chunk = {**meta, "object": kind.chunk_object, "choices": choices}
+        if include_usage:
+            chunk["usage"] = usage
+        return {"data": _json(chunk)}
+
+    if kind.chat:  # OpenAI opens each chat choice with its role
+        yield event([kind.chunk_choice(i, "", None, None, role=True) for i in range(len(texts))])
+    completion_tokens = 0
+    offsets = [0] * len(texts)
+    try:
+        async for update in job.updates():
+            if update.error is not None:
+                kind_name = "server_error" if update.status >= 500 else "invalid_request_error"
+                yield {"data": _json(APIError(update.status, update.error, kind_name).body())}
+                return
+            i, text = update.index, texts[update.index]
+            finish = update.output.finish_reason if update.output is not None else None
+            delta = text.finish(update.output) if update.output is not None else text.push(
+                update.token_ids)
+            completion_tokens += len(update.token_ids)
+            lp = None
+            if logprobs and update.token_ids:
+                lps = update.logprobs or []
+                if kind.chat:
+                    lp = chat_logprobs(tokenizer, update.token_ids, lps)
+                else:
+                    lp = completion_logprobs(tokenizer, update.token_ids, lps, offsets[i])
+                    offsets[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])
+            if not delta and finish is None and lp is None:
+                continue  # a token that completes no character yet
+            yield event([kind.chunk_choice(i, delta, lp, finish)])
+        if include_usage:
+            yield event([], _usage(prompt_tokens, completion_tokens))
+        yield {"data": "[DONE]"}
+    finally:
+        job.cancel()
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
