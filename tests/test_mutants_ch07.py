@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from minimodel import ops
 from minimodel.engine.attention import build_metadata
 from minimodel.grading import check
+from minimodel.grading.learner import learner_module
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # --- ch07.kv_bytes_per_token -----------------------------------------------------------------
 
@@ -347,3 +352,222 @@ def test_cached_attention_hints():
     assert any("1/sqrt(D)" in o.message for o in result.outcomes)
     result = check("ch07.cached_attention", CACHED_MUTANTS["K/V heads tiled (0,1,0,1)"])
     assert any("h // (Hq // Hkv)" in o.message for o in result.outcomes)
+
+
+# --- ch07.my_cached_decode (the capstone) ---------------------------------------------------------
+#
+# The learner's pieces come from the solution notebooks (chapters 02-04 and this chapter's own
+# cached_attention), loaded the way a learner's capstone loads them.
+
+SOL = learner_module("ch07", ROOT / "solutions")
+ch02, ch03, ch04 = SOL.ch02, learner_module("ch03", ROOT / "solutions"), SOL.ch04
+cached_attention = SOL.cached_attention
+
+
+def _package_rope(x, positions, theta):
+    return ops.apply_rope(x, *ops.rope_cos_sin(positions, x.shape[-1], theta))
+
+
+def _top_left_attention(q, k, v):
+    return CACHED_MUTANTS["top-left causal"](q, k, v)
+
+
+def _decoder(**bug):
+    """A cached greedy decoder over a dict cache {k, v: [L, B, S, Hkv, D], length}, right unless
+    `bug` names a mistake (a mutant) or another correct design (rotate the keys on read)."""
+    # The learner's pieces are looked up when called (as a notebook does), so spy_calls sees them.
+    def norm(*args):
+        return bug["norm"](*args) if "norm" in bug else ch04.rms_norm(*args)
+
+    def attend(*args):
+        return bug["attend"](*args) if "attend" in bug else cached_attention(*args)
+
+    def rotate(x, positions, theta):  # x [B, T, H, D], positions [T]
+        B, T, H, D = x.shape
+        rope = bug["rope"] if "rope" in bug else ch02.apply_rope
+        return rope(x.reshape(B * T, H, D), positions.repeat(B), theta).view(B, T, H, D)
+
+    def forward(weights, cfg, ids, cache):
+        B, T = ids.shape
+        Hq, Hkv, D, eps = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
+                           cfg.rms_norm_eps)
+        start = cache["length"]
+        first = 0 if bug.get("positions") == "from zero" and start else start
+        positions = torch.arange(first, first + T)
+        x = weights["model.embed_tokens.weight"][ids]
+        for i in range(cfg.num_hidden_layers):
+            def w(name, i=i):
+                return weights[f"model.layers.{i}.{name}.weight"]
+            h = norm(x, w("input_layernorm"), eps)
+            q = norm((h @ w("self_attn.q_proj").T).view(B, T, Hq, D), w("self_attn.q_norm"), eps)
+            k = norm((h @ w("self_attn.k_proj").T).view(B, T, Hkv, D), w("self_attn.k_norm"), eps)
+            v = (h @ w("self_attn.v_proj").T).view(B, T, Hkv, D)
+            q = rotate(q, positions, cfg.rope_theta)
+            if not bug.get("rotate on read"):
+                k = rotate(k, positions, cfg.rope_theta)
+            if bug.get("rotate v"):
+                v = rotate(v, positions, cfg.rope_theta)
+            at = {"start": 0, "one late": start + 1}.get(bug.get("write"), start)
+            if bug.get("write") == "start" and start == 0:
+                at = 0
+            cache["k"][i, :, at : at + T] = k
+            cache["v"][i, :, at : at + T] = v
+            end = at + T
+            keys, values = cache["k"][i, :, :end], cache["v"][i, :, :end]
+            if bug.get("rotate on read") or bug.get("rotate twice"):
+                keys = rotate(keys, torch.arange(end), cfg.rope_theta)
+            o = torch.stack([attend(q[b], keys[b], values[b]) for b in range(B)])
+            x = x + o.reshape(B, T, Hq * D) @ w("self_attn.o_proj").T
+            x = x + ch04.swiglu(norm(x, w("post_attention_layernorm"), eps),
+                                w("mlp.gate_proj"), w("mlp.up_proj"), w("mlp.down_proj"))
+            if bug.get("advance") == "per layer":
+                cache["length"] += T
+                start = cache["length"]
+        if bug.get("advance") is None:
+            cache["length"] += T
+        tied = cfg.tie_word_embeddings or bug.get("head") == "always tied"
+        head = weights["model.embed_tokens.weight" if tied else "lm_head.weight"]
+        return norm(x, weights["model.norm.weight"], eps) @ head.T
+
+    def new_cache(cfg, B, S):
+        shape = (cfg.num_hidden_layers, B, S + 1, cfg.num_key_value_heads, cfg.head_dim)
+        return {"k": torch.zeros(shape), "v": torch.zeros(shape), "length": 0}
+
+    @torch.no_grad()
+    def decode(weights, cfg, ids, steps):
+        B, T = ids.shape
+        cache = new_cache(cfg, B, T + steps)
+        out = [forward(weights, cfg, ids, cache)[:, -1]]
+        seq = ids
+        for _ in range(steps - 1):
+            nxt = out[-1].argmax(-1, keepdim=True)
+            seq = torch.cat([seq, nxt], dim=1)
+            if bug.get("recompute"):  # the no-cache loop: a fresh cache, the whole sequence
+                out.append(forward(weights, cfg, seq, new_cache(cfg, B, seq.shape[1]))[:, -1])
+            elif bug.get("feed") == "prompt's last token":
+                out.append(forward(weights, cfg, ids[:, -1:], cache)[:, -1])
+            else:
+                out.append(forward(weights, cfg, nxt, cache)[:, -1])
+        return torch.stack(out, dim=1)
+
+    return decode
+
+
+@torch.no_grad()
+def decode_growing_cache(weights, cfg, ids, steps):
+    """Another design: per-layer K/V lists grown with torch.cat in [B, Hkv, T, D], chapter 03's
+    attention with a bottom-right mask, fused add-norm, the LM head on the last row only."""
+    B = ids.shape[0]
+    Hq, Hkv, D, eps = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
+                       cfg.rms_norm_eps)
+    ks = [torch.zeros(B, Hkv, 0, D) for _ in range(cfg.num_hidden_layers)]
+    vs = [torch.zeros(B, Hkv, 0, D) for _ in range(cfg.num_hidden_layers)]
+    head = weights.get("lm_head.weight", weights["model.embed_tokens.weight"])
+    out, new = [], ids
+    for _ in range(steps):
+        T, past = new.shape[1], ks[0].shape[2]
+        pos = torch.arange(past, past + T)
+        x, residual = weights["model.embed_tokens.weight"][new], None
+        for i in range(cfg.num_hidden_layers):
+            p = f"model.layers.{i}."
+            if residual is None:
+                residual, h = x, ch04.rms_norm(x, weights[p + "input_layernorm.weight"], eps)
+            else:
+                h, residual = ch04.fused_add_rms_norm(
+                    x, residual, weights[p + "input_layernorm.weight"], eps)
+            q = ch04.rms_norm((h @ weights[p + "self_attn.q_proj.weight"].T).view(B, T, Hq, D),
+                              weights[p + "self_attn.q_norm.weight"], eps)
+            k = ch04.rms_norm((h @ weights[p + "self_attn.k_proj.weight"].T).view(B, T, Hkv, D),
+                              weights[p + "self_attn.k_norm.weight"], eps)
+            v = (h @ weights[p + "self_attn.v_proj.weight"].T).view(B, T, Hkv, D)
+            q = torch.stack([ch02.apply_rope(q[b], pos, cfg.rope_theta) for b in range(B)])
+            k = torch.stack([ch02.apply_rope(k[b], pos, cfg.rope_theta) for b in range(B)])
+            ks[i] = torch.cat([ks[i], k.transpose(1, 2)], dim=2)
+            vs[i] = torch.cat([vs[i], v.transpose(1, 2)], dim=2)
+            K = ks[i].shape[2]
+            mask = torch.ones(T, K, dtype=torch.bool).tril(K - T)
+            o = ch03.attention(q.transpose(1, 2), ks[i], vs[i], mask)  # [B, Hq, T, D]
+            x = o.transpose(1, 2).reshape(B, T, Hq * D) @ weights[p + "self_attn.o_proj.weight"].T
+            h, residual = ch04.fused_add_rms_norm(
+                x, residual, weights[p + "post_attention_layernorm.weight"], eps)
+            x = ch04.swiglu(h, weights[p + "mlp.gate_proj.weight"],
+                            weights[p + "mlp.up_proj.weight"], weights[p + "mlp.down_proj.weight"])
+        last = ch04.fused_add_rms_norm(x, residual, weights["model.norm.weight"], eps)[0][:, -1]
+        out.append(last @ head.T)
+        new = out[-1].argmax(-1, keepdim=True)
+    return torch.stack(out, dim=1)
+
+
+DECODE_CORRECT = {
+    "the solution notebook's": SOL.my_cached_decode,
+    "dict cache, tokens before heads": _decoder(),
+    "K cached before RoPE, rotated on read": _decoder(**{"rotate on read": True}),
+    "growing cache, chapter 03's attention, fused add-norm": decode_growing_cache,
+}
+
+DECODE_MUTANTS = {
+    "RoPE positions restart at 0 in decode": _decoder(positions="from zero"),
+    "cache written at position 0 every step": _decoder(write="start"),
+    "cache written one position late": _decoder(write="one late"),
+    "cache length never advances": _decoder(advance="never"),
+    "cache length advanced once per layer": _decoder(advance="per layer"),
+    "K rotated twice (cached after RoPE, rotated again on read)": _decoder(
+        **{"rotate twice": True}),
+    "RoPE applied to V": _decoder(**{"rotate v": True}),
+    "top-left mask in cached attention": _decoder(attend=_top_left_attention),
+    "feeds the prompt's last token at every step": _decoder(feed="prompt's last token"),
+    "LM head always tied to the embedding": _decoder(head="always tied"),
+    "no cache: recomputes the whole sequence each step": _decoder(recompute=True),
+    "the package's RoPE and RMSNorm instead of the learner's": _decoder(rope=_package_rope,
+                                                                       norm=ops.rms_norm),
+}
+
+
+@pytest.mark.parametrize("name", DECODE_CORRECT)
+def test_cached_decode_correct(name):
+    assert check("ch07.my_cached_decode", DECODE_CORRECT[name]).passed
+
+
+@pytest.mark.parametrize("name", DECODE_MUTANTS)
+def test_cached_decode_mutants(name):
+    assert not check("ch07.my_cached_decode", DECODE_MUTANTS[name]).passed
+
+
+def test_cached_decode_hints():
+    def messages(fn):
+        return " ".join(o.message for o in check("ch07.my_cached_decode", fn).outcomes)
+
+    assert "matmul work" in messages(DECODE_MUTANTS["no cache: recomputes the whole sequence "
+                                                    "each step"])
+    assert "never called your own RoPE (chapter 02), RMSNorm" in messages(
+        DECODE_MUTANTS["the package's RoPE and RMSNorm instead of the learner's"])
+    assert "prefill matches" in messages(DECODE_MUTANTS["RoPE positions restart at 0 in decode"])
+    assert "as if nothing were cached" in messages(_decoder(write="start"))
+
+
+# The learner's own earlier functions, broken on purpose, break the solution's capstone.
+BROKEN_PIECES = {
+    "chapter 04 rms_norm without its weight": (
+        ch04, "rms_norm", lambda x, weight, eps: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)
+                                                                 + eps)),
+    "chapter 04 swiglu with gate and up swapped": (
+        ch04, "swiglu", lambda x, g, u, d: (F.silu(x @ u.T) * (x @ g.T)) @ d.T),
+    "chapter 02 RoPE on interleaved pairs": (
+        ch02, "apply_rope", lambda x, pos, theta: _interleaved_rope(x, pos, theta)),
+    "chapter 07 cached_attention with a top-left mask": (SOL, "cached_attention",
+                                                         _top_left_attention),
+}
+
+
+def _interleaved_rope(x, positions, theta):
+    cos, sin = ch02.rope_tables(positions, x.shape[-1], theta)  # [T, D], halves repeated
+    cos, sin = cos[:, None, : x.shape[-1] // 2], sin[:, None, : x.shape[-1] // 2]
+    x1, x2 = x.float()[..., 0::2], x.float()[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2).to(x.dtype)
+
+
+@pytest.mark.parametrize("name", BROKEN_PIECES)
+def test_a_broken_learner_piece_breaks_the_capstone(name, monkeypatch):
+    module, attr, broken = BROKEN_PIECES[name]
+    monkeypatch.setattr(module, attr, broken)
+    assert not check("ch07.my_cached_decode", SOL.my_cached_decode).passed

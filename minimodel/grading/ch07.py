@@ -1,5 +1,5 @@
 """Checks of chapter 07 (prefill, decode and the KV cache): kv_bytes_per_token, paged_metadata,
-slot_mapping, cached_attention.
+slot_mapping, cached_attention, and the capstone my_cached_decode.
 
 Shapes: B requests, S page size, P pages listed in kv_indices, N new tokens in a step, Q new
 tokens of one request, K its cached tokens (the new ones included), Hq query heads, Hkv KV
@@ -7,23 +7,30 @@ heads, D head dim, L layers.
 
 Expected values come from the package: Qwen3Config.kv_bytes_per_token, the engine's
 build_metadata (minimodel.engine.attention) and minimodel.ops.softmax_attention with the
-reference's repeat_kv, in float64 where precision matters.
+reference's repeat_kv, in float64 where precision matters; the capstone's logits from the
+reference model's full recompute.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
 from collections.abc import Callable
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from minimodel.config import Qwen3Config
 from minimodel.engine.attention import build_metadata
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
-from minimodel.hub import SHAPES
+from minimodel.grading.learner import spy_calls
+from minimodel.hub import SHAPES, random_state_dict_numpy, resolve_model
 from minimodel.ops import softmax_attention
+from minimodel.reference.model import Qwen3ForCausalLM as ReferenceQwen3
 from minimodel.reference.model import repeat_kv
+from minimodel.weights import iter_checkpoint
 
 # --- kv_bytes_per_token ----------------------------------------------------------------------
 
@@ -47,9 +54,9 @@ def _kv_bytes_hint(got: float, args: tuple[int, int, int, int]) -> str:
          "not bits."),
         (4 * L * H * D * b, " That is twice too much: the factor is 2 (one K and one V), "
          "counted once."),
-        (2 * H * D * b, " Every one of the L layers keeps its own K and V: multiply by "
-         "num_layers."),
-        (2 * L * H * D, " That counts elements, not bytes: multiply by dtype_bytes."),
+        (2 * H * D * b, " That is one layer's worth: every one of the L layers keeps its own "
+         "K and V."),
+        (2 * L * H * D, " That counts numbers, not bytes: each number takes dtype_bytes bytes."),
         (2 * L * H * D * D * b, " head_dim counts once: a K vector of one head has D numbers."),
     )
     hints = [hint for value, hint in mistakes if math.isclose(got, value)]
@@ -109,9 +116,9 @@ def _kv_int(fn: Callable) -> None:
         got = fn(*args)
         expect(
             isinstance(got, numbers.Integral) and not isinstance(got, bool),
-            f"kv_bytes_per_token{args} returned {got!r} of type {type(got).__name__}; return an "
-            "int (multiply the integers; a division or a float factor gives a float, and a "
-            "tensor should be turned into int(...))",
+            f"kv_bytes_per_token{args} returned {got!r} of type {type(got).__name__}; a count "
+            "of bytes is a Python int (a division or a float factor makes a float, and a "
+            "tensor is not an int)",
         )
 
 
@@ -197,8 +204,8 @@ def _md_types(fn: Callable) -> None:
         for name, t in (("kv_indptr", indptr), ("kv_indices", indices),
                         ("kv_last_page_len", last)):
             expect(t.dtype == torch.int32,
-                   f"{what}: {name} has dtype {t.dtype}; FlashInfer's kernels take int32 index "
-                   "tensors: build it with dtype=torch.int32")
+                   f"{what}: {name} has dtype {t.dtype}, expected torch.int32: FlashInfer's "
+                   "kernels take int32 index tensors")
 
 
 @exercise("ch07.paged_metadata", "kv_indptr is 0, then the running total of pages per request")
@@ -214,11 +221,12 @@ def _md_indptr(fn: Callable) -> None:
         if int(indptr[0]) != 0:
             hint = " It should start at 0: request i's pages are kv_indices[indptr[i]:indptr[i+1]]."
         elif indptr[1:].tolist() == need:
-            hint = (" It holds each request's page count; kv_indptr is cumulative "
-                    "(torch.cumsum of the counts, after a leading 0).")
+            hint = (" It holds each request's page count; kv_indptr is cumulative: entry i+1 "
+                    "counts the pages of requests 0..i, so that request i's pages are "
+                    "kv_indices[kv_indptr[i]:kv_indptr[i+1]].")
         elif _counts(indptr) == [n // S for n in seq_lens]:
-            hint = " It counts len // page_size pages; a partly filled last page counts too: "
-            hint += "ceil(len / page_size)."
+            hint = (" It counts len // page_size pages, which leaves out a partly filled last "
+                    "page; that page holds tokens too.")
         raise CheckFailed(f"{what}: kv_indptr is {indptr.tolist()}, expected {want.tolist()} "
                           f"(requests need {need} pages).{hint}")
 
@@ -320,13 +328,15 @@ def _slots_hint(got: torch.Tensor, seq_lens, q_lens, pages, S) -> str:
 
     got_list = got.tolist()
     if got_list == positions:
-        return (" These are the token positions; the slot is where the page table puts them: "
-                "pages[i][pos // page_size] * page_size + pos % page_size.")
+        return (" These are the token positions, not slots: a slot is a place in the pool, "
+                "found through the request's page table (which of its pages holds the "
+                "position, and where in that page).")
     if got_list == slots(from_zero, lambda i, p: pages[i][p // S], lambda p: p % S):
         return (" The new tokens were placed from position 0; they are the last q_len tokens "
                 "of the sequence, positions seq_len - q_len .. seq_len - 1.")
     if got_list == [pages[i][p // S] + p % S for i, p in zip(owner, positions, strict=True)]:
-        return " The slot is page * page_size + offset; the page id was not multiplied."
+        return (" The page id was added to the offset as if a page held one slot: the pool "
+                "counts slots, and each page holds page_size of them.")
     return ""
 
 
@@ -335,7 +345,8 @@ def _slots_type(fn: Callable) -> None:
     for seq_lens, q_lens, pages, S in _step_batches("mixed", per_size=2):
         out, what = _call_slots(fn, seq_lens, q_lens, pages, S)
         expect(out.dtype == torch.int64,
-               f"{what} has dtype {out.dtype}; slots index the pool's rows, use torch.long")
+               f"{what} has dtype {out.dtype}, expected torch.long: slots index the pool's "
+               "rows")
 
 
 def _compare_slots(fn: Callable, kind: str) -> None:
@@ -348,8 +359,8 @@ def _compare_slots(fn: Callable, kind: str) -> None:
                           + _slots_hint(got, seq_lens, q_lens, pages, S))
 
 
-@exercise("ch07.slot_mapping", "prefill: token p of a request goes to "
-          "pages[p // S] * S + p % S")
+@exercise("ch07.slot_mapping", "prefill: every token goes to its slot through its request's "
+          "page table")
 def _slots_prefill(fn: Callable) -> None:
     _compare_slots(fn, "prefill")
 
@@ -406,10 +417,11 @@ def _cached_hint(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
          "with Q < K): new token j is the (K-Q+j)-th token, so it sees keys 0..K-Q+j."),
         (None, D**-0.5, False, " It matches attention with no mask: new token j must not see "
          "the keys after its own position K-Q+j."),
-        (mask, 1.0, False, " It matches unscaled scores: multiply q·k by 1/sqrt(D)."),
+        (mask, 1.0, False, " It matches unscaled scores: without the 1/sqrt(D) scale the "
+         "softmax is far too sharp."),
         (mask, 1.0 / D, False, " It matches scores scaled by 1/D; the scale is 1/sqrt(D)."),
         (mask, D**-0.5, True, " It matches K/V heads repeated in the order 0,1,0,1: query head h "
-         "reads KV head h // (Hq // Hkv) (repeat_interleave on the head dim)."),
+         "reads KV head h // (Hq // Hkv), so neighbouring query heads share a KV head."),
     ]
     for m, scale, tiled, hint in candidates:
         if (m is None or (m.any(-1)).all()) and same(_attend(q, k, v, m, scale, tiled)):
@@ -488,3 +500,157 @@ def _cached_dtypes(fn: Callable) -> None:
     for dtype in (torch.bfloat16, torch.float16):
         for Q, K in ((1, 9), (3, 8), (6, 6)):
             _compare_cached(fn, Q, K, 4, 2, 32, dtype=dtype, tol=5e-2)
+
+
+# --- my_cached_decode (the capstone) --------------------------------------------------------
+#
+# The learner's function gets a checkpoint's weights by Hugging Face name and its config, and
+# greedily decodes `steps` tokens after a prompt: logits[:, 0] come from the prefill (the prompt's
+# last row), logits[:, i] from the decode step that feeds the token picked at step i-1. The
+# reference is the naive model run once over the prompt and the picked tokens (teacher forcing
+# on the learner's own choices, so a near-tie never decides the verdict).
+
+_TOL = 1e-4
+# A small config whose LM head is cheap next to its layers (so the matmul count shows whether
+# tokens are recomputed), with an untied head, Hq * D != C and 4 query heads per KV head.
+_SMALL = Qwen3Config(
+    vocab_size=256, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+    num_attention_heads=8, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+    rope_theta=10_000.0, tie_word_embeddings=False, torch_dtype="float32",
+)
+
+
+@functools.cache
+def _model(name: str) -> tuple[Qwen3Config, dict[str, torch.Tensor], ReferenceQwen3]:
+    """(config, weights by Hugging Face name in float32, the reference model) of bard or the
+    small random config."""
+    if name == "bard":
+        path = resolve_model("bard")
+        weights = {n: t.float() for n, t in iter_checkpoint(path)}
+        return Qwen3Config.from_pretrained(path), weights, ReferenceQwen3.from_pretrained(path)
+    weights = random_state_dict_numpy(_SMALL)
+    model = ReferenceQwen3(_SMALL)
+    model.load_state_dict(weights)
+    return _SMALL, weights, model.eval()
+
+
+def _run_decode(fn: Callable, name: str, ids: torch.Tensor, steps: int) -> torch.Tensor:
+    """The learner's logits [B, steps, V], after checking the type, shape and untouched inputs."""
+    cfg, weights, _ = _model(name)
+    B, T = ids.shape
+    what = (f"my_cached_decode(weights, cfg, ids [{B}, {T}], steps={steps}) on "
+            + ("bard" if name == "bard" else "the random config"))
+    given = dict(weights)
+    got = fn(given, cfg, ids.clone(), steps)
+    expect_shape(got, (B, steps, cfg.vocab_size),
+                 f"{what} (the logits that picked each of the {steps} new tokens)")
+    expect(got.dtype.is_floating_point, f"{what} returned {got.dtype} logits; return floats")
+    expect(given.keys() == weights.keys() and all(given[k] is weights[k] for k in weights),
+           f"{what} changed the weights dict; read it, don't modify it")
+    return got.detach()
+
+
+def _decode_problem(fn: Callable, name: str, ids: torch.Tensor, steps: int) -> str | None:
+    """What is wrong with the learner's cached decode on these prompts, or None."""
+    _, _, ref = _model(name)
+    B, T = ids.shape
+    got = _run_decode(fn, name, ids, steps).double()
+    picked = got.argmax(-1)  # [B, steps]: the tokens the learner's loop chose
+    want = ref(torch.cat([ids, picked[:, :-1]], dim=1))[:, T - 1:].double()  # [B, steps, V]
+    ok = torch.isclose(got, want, atol=_TOL, rtol=1e-5).flatten(2).all(-1).all(0)  # [steps]
+    if bool(ok.all()):
+        return None
+    err = (got - want).abs().nan_to_num(float("inf")).amax(dim=(0, 2))  # [steps]
+    errs = ", ".join(f"{e:.2g}" for e in err.tolist())
+    where = "bard" if name == "bard" else "the random config"
+    what = (f"On {where}, prompts [{B}, {T}], {steps} steps: max |yours - full recompute| per "
+            f"step = [{errs}] (step 0 is the prefill)")
+    if not bool(ok[0]):
+        return (f"{what}. The prefill is already off, before any cached key is reused. Check "
+                "that the pieces it calls pass their own checks, the weights each layer reads, "
+                "the final norm and the LM head, and the cache: in the prefill every layer "
+                "writes the prompt's K/V at positions 0..T-1 and reads exactly those.")
+    i = int((~ok).nonzero()[0])
+    alone = ref(picked[:, i - 1 : i])[:, 0].double()  # the fed token with no context, position 0
+    if torch.allclose(got[:, i], alone, atol=1e-3, rtol=1e-3):
+        return (f"{what}. Decode step {i} gives the logits of its token alone, as if nothing "
+                "were cached: the step did not read the K/V of the earlier tokens (or they "
+                "were never written).")
+    return (f"{what}. The prefill matches, decode step {i} does not. The token fed at step "
+            f"{i} continues its row at position {T + i - 1}: its RoPE position, the place its "
+            f"K and V are written in the cache, and the keys it reads (all {T + i} so far, "
+            "its own included) follow on from what is already cached, and it must be the token "
+            "the previous step picked.")
+
+
+def _prompts(name: str, B: int, T: int) -> torch.Tensor:
+    return torch.randint(0, _model(name)[0].vocab_size, (B, T))
+
+
+@exercise("ch07.my_cached_decode", "bard, one prompt at a time: the logits of every step equal "
+          "the full recompute within 1e-4 (3 prompts, 6 steps)")
+def _decode_single(fn: Callable) -> None:
+    for T in (1, int(torch.randint(2, 9, ())), int(torch.randint(9, 25, ()))):
+        problem = _decode_problem(fn, "bard", _prompts("bard", 1, T), 6)
+        if problem:
+            raise CheckFailed(problem)
+
+
+@exercise("ch07.my_cached_decode", "bard, a batch of 3 prompts of one length decoded together")
+def _decode_batch(fn: Callable) -> None:
+    problem = _decode_problem(fn, "bard", _prompts("bard", 3, int(torch.randint(4, 17, ()))), 5)
+    if problem:
+        raise CheckFailed(problem)
+
+
+@exercise("ch07.my_cached_decode", "another config (untied LM head, Hq·D ≠ C, 4 query heads per "
+          "KV head): the same, batches of 1 and 2")
+def _decode_small(fn: Callable) -> None:
+    for B in (1, 2):
+        problem = _decode_problem(fn, "small", _prompts("small", B, int(torch.randint(3, 20, ()))),
+                                  7)
+        if problem:
+            raise CheckFailed(problem)
+
+
+@exercise("ch07.my_cached_decode", "runs the prompt once and then only the new token per step "
+          "(matmul FLOPs counted)")
+def _decode_work(fn: Callable) -> str:
+    _, _, ref = _model("small")
+    T, steps = 24, 8
+    ids = _prompts("small", 1, T)
+    with FlopCounterMode(display=False) as counted:
+        got = _run_decode(fn, "small", ids, steps)
+    with FlopCounterMode(display=False) as one_pass:  # every token through the model once
+        ref(torch.cat([ids, got.argmax(-1)[:, :-1]], dim=1))
+    ratio = counted.get_total_flops() / one_pass.get_total_flops()
+    expect(ratio <= 2.0, (
+        f"Prompt of {T} tokens, {steps} steps: your loop did {ratio:.1f} times the matmul work "
+        "of one pass over the final sequence. A cached decode runs every token through the "
+        "model once: the prompt in one prefill, then only the new token of each step, reading "
+        "the earlier tokens' K/V from the cache (and only the filled part of it). Recomputing "
+        "the whole sequence at every step gives the same logits at many times the cost."))
+    return f"{ratio:.1f}x the work of one pass"
+
+
+# Your own pieces from earlier notebooks (any one name of each group counts).
+_PIECES = {
+    "RoPE (chapter 02)": ("apply_rope", "rope_qkv"),
+    "attention (chapter 03, or cached_attention of this notebook)": ("attention",
+                                                                    "cached_attention"),
+    "RMSNorm (chapter 04)": ("rms_norm", "fused_add_rms_norm"),
+    "SwiGLU (chapter 04)": ("swiglu",),
+}
+
+
+@exercise("ch07.my_cached_decode", "is built from your own RoPE, attention, RMSNorm and SwiGLU")
+def _decode_pieces(fn: Callable) -> str:
+    # Look through decorators (@torch.no_grad() wraps fn in a function of torch's own module).
+    with spy_calls(inspect.unwrap(fn)) as calls:
+        _run_decode(fn, "small", _prompts("small", 1, 5), 3)
+    missing = [what for what, names in _PIECES.items() if not any(calls[n] for n in names)]
+    expect(not missing, (
+        f"my_cached_decode never called your own {', '.join(missing)}. Build the model step "
+        "from the functions you wrote (load them with learner_module), not from the package's "
+        f"model or ops. Calls seen: {dict(calls) or 'none'}."))
+    return ", ".join(f"{n} ×{c}" for n, c in sorted(calls.items()))
