@@ -108,3 +108,19 @@ def test_reveal_cells_are_not_the_learners(folder):
     nb["cells"][1]["metadata"]["tags"] = ["reveal"]
     path.write_text(json.dumps(nb))
     assert learner_module("ch05").apply(1) == 2
+
+
+def test_spy_sees_through_a_decorator(folder):
+    ch01 = learner_module("ch01")
+
+    @torch.no_grad()
+    def forward(x):
+        return ch01.double(x)
+
+    globals()["ch01"] = ch01
+    try:
+        with spy_calls(forward) as calls:
+            forward(2)
+        assert calls == {"double": 1}
+    finally:
+        del globals()["ch01"]

@@ -156,6 +156,7 @@ def spy_calls(fn: Callable) -> Iterator[Counter]:
     Every learner function visible from `fn`'s globals is wrapped: names of the notebook, and
     the functions of `learner_module` modules it holds (`ch03.attention`). Restored afterwards.
     """
+    fn = inspect.unwrap(fn)  # @torch.no_grad() and other wrappers: the learner's own function
     counts: Counter = Counter()
     patched: list[tuple[dict, str, object]] = []
 
