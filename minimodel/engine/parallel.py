@@ -22,6 +22,8 @@ After such an error, or Ctrl-C inside a step, the engine is closed: make a new o
 tensor-parallel engine can be open per process (torch.distributed has one default group):
 opening a second one closes the first, with a warning.
 
+Threads: each rank uses torch.get_num_threads() // N threads (at least one), so N ranks use the
+cores that one rank would; rank 0 (this process) is set to that while the engine is open.
 Scripts that use it need the usual `if __name__ == "__main__":` guard of spawn.
 """
 
