@@ -326,7 +326,7 @@ def test_bad_requests_get_400_and_change_nothing(served):
         client.completions.create(model="tiny", prompt="Hi", temperature=-1)
     assert err.value.body["param"] == "temperature"
     assert server.llm._next_id == next_id, "a bad request reached the engine"
-    assert settled(server) == before
+    assert settled(server) == before  # the same pages, queues and number of engine steps
     r = client.completions.create(model="tiny", prompt=PROMPTS[3], max_tokens=NEW, temperature=0)
     assert r.choices[0].text == exp["greedy"][3]
 

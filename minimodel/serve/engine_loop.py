@@ -83,6 +83,7 @@ class EngineLoop:
         self._thread: threading.Thread | None = None
         self._stopped = False  # stop() was called: no new requests
         self._closed = False  # the thread has left its loop: the inbox is read no more
+        self.num_steps = 0  # engine steps run so far
 
     # --- life cycle (any thread) -------------------------------------------------------
 
@@ -128,7 +129,7 @@ class EngineLoop:
         sched, pool = self.llm.scheduler, self.llm.allocator
         return {"requests": self._num_requests, "running": len(sched.running),
                 "waiting": len(sched.waiting), "free_pages": pool.num_free,
-                "num_pages": pool.num_pages}
+                "num_pages": pool.num_pages, "steps": self.num_steps}
 
     def job(self) -> Job:
         """A group of requests answered together (the choices of one HTTP request)."""
@@ -212,6 +213,7 @@ class EngineLoop:
                 self.abort(result)
 
     def _step(self) -> None:
+        self.num_steps += 1
         try:
             finished = self.llm.step()
         except Exception as err:  # the server must outlive a failed step
