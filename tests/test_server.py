@@ -285,6 +285,7 @@ BAD_COMPLETIONS = {
     "empty prompt": {"prompt": ""},
     "empty prompt list": {"prompt": []},
     "over-long prompt": {"prompt": "hello " * 5000},
+    "prompt + max_tokens over the context": {"max_tokens": 4096},
     "token id outside the vocabulary": {"prompt": [5, 10**7]},
     "prompt not text or ids": {"prompt": {"text": "hi"}},
     "unknown model": {"model": "no-such-model"},

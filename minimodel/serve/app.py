@@ -240,6 +240,16 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None) 
     def context_left(prompt: list[int]) -> int:
         return max(llm.max_model_len - len(prompt), 0)
 
+    def check_context(requests: list[tuple[list[int], SamplingParams]]) -> None:
+        """Prompt + max_tokens must fit the context, as OpenAI requires (a prompt that alone
+        is too long gets the engine's own message)."""
+        for ids, params in requests:
+            if len(ids) <= llm.max_model_len < len(ids) + params.max_new_tokens:
+                raise bad_request(
+                    f"This model's context is {llm.max_model_len} tokens: the prompt has "
+                    f"{len(ids)} and max_tokens asks for {params.max_new_tokens} more; lower "
+                    "max_tokens or shorten the prompt.", param="max_tokens")
+
     @app.get("/health")
     async def health() -> JSONResponse:
         alive = engine.is_alive
@@ -260,6 +270,7 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None) 
         check_fields(req)
         prompts = _completion_prompts(req.prompt, tokenizer)
         requests = [(ids, sampling_params(req, 16, j)) for ids in prompts for j in range(req.n)]
+        check_context(requests)
         skip = bool(req.skip_special_tokens)
         return await _answer(request, engine, tokenizer, _Kind(chat=False), req, requests,
                              prompts, model_name, skip, "prompt")
@@ -284,6 +295,7 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None) 
             raise bad_request(f"messages: the chat template cannot render them: {err}",
                               param="messages") from None
         requests = [(ids, sampling_params(req, context_left(ids), j)) for j in range(req.n)]
+        check_context(requests)
         skip = req.skip_special_tokens is not False  # chat: on unless asked otherwise
         return await _answer(request, engine, tokenizer, _Kind(chat=True), req, requests,
                              [ids], model_name, skip, "messages")
