@@ -171,6 +171,66 @@ def test_top_k_hints():
 def top_p_solution(logits, p):
     if p >= 1.0:
         return logits
+    sorted_logits = logits.sort(dim=-1, descending=True).values
+    mass = sorted_logits.float().softmax(dim=-1).cumsum(dim=-1)
+    crossing = (mass < p).sum(dim=-1, keepdim=True).clamp(max=logits.shape[-1] - 1)
+    return logits.masked_fill(logits < sorted_logits.gather(-1, crossing), NEG_INF)
+
+
+def top_p_probability_space(logits, p):  # compares probabilities, not logits
+    if p >= 1.0:
+        return logits
+    probs = logits.float().softmax(-1)
+    sorted_probs = probs.sort(-1, descending=True).values
+    before = sorted_probs.cumsum(-1) - sorted_probs
+    n = (before < p).sum(-1, keepdim=True)  # tokens of the smallest prefix
+    return logits.masked_fill(probs < sorted_probs.gather(-1, n - 1), NEG_INF)
+
+
+def top_p_ascending_hf_style(logits, p):  # the transformers way, then the ties put back
+    if p >= 1.0:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=False)
+    cum = sorted_logits.float().softmax(dim=-1).cumsum(dim=-1)
+    remove = cum <= 1 - p
+    remove[..., -1] = False
+    lowest_kept = sorted_logits.masked_fill(remove, float("inf")).min(-1, keepdim=True).values
+    return logits.masked_fill(logits < lowest_kept, NEG_INF)
+
+
+def top_p_loop(logits, p):
+    out = logits.clone()
+    if p >= 1.0:
+        return out
+    for b in range(logits.shape[0]):
+        probs = logits[b].double().softmax(-1)
+        total = 0.0
+        for q in probs.sort(descending=True).values.tolist():
+            total += q
+            if total >= p:
+                break
+        out[b][probs < q] = NEG_INF  # q: the crossing token's probability
+    return out
+
+
+def top_p_prefix_then_ties(logits, p):  # the package's prefix, widened to its last value
+    if p == 1.0:
+        return logits
+    sorted_logits, order = logits.sort(-1, descending=True)
+    probs = sorted_logits.double().softmax(-1)
+    keep_sorted = (probs.cumsum(-1) - probs) < p
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    last = logits.masked_fill(~keep, float("inf")).min(-1, keepdim=True).values
+    return logits.masked_fill(logits < last, NEG_INF)
+
+
+CORRECT_TOP_P = [top_p_solution, top_p_probability_space, top_p_ascending_hf_style, top_p_loop,
+                 top_p_prefix_then_ties]
+
+
+def top_p_package_rule(logits, p):  # the smallest prefix: a tie at the boundary is cut by sort
+    if p >= 1.0:
+        return logits
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     probs = sorted_logits.float().softmax(dim=-1)
     before = probs.cumsum(dim=-1) - probs  # mass of the more likely tokens
@@ -178,53 +238,30 @@ def top_p_solution(logits, p):
     return logits.masked_fill(drop, NEG_INF)
 
 
-def top_p_ascending_hf_style(logits, p):  # the transformers way: cut the unlikely end
-    sorted_logits, order = logits.sort(dim=-1, descending=False)
-    cum = sorted_logits.float().softmax(dim=-1).cumsum(dim=-1)
-    remove = cum <= 1 - p
-    remove[..., -1] = False
-    return logits.masked_fill(remove.scatter(-1, order, remove), NEG_INF)
-
-
-def top_p_shifted_mask(logits, p):
-    sorted_logits, order = logits.sort(descending=True)
-    cum = sorted_logits.float().softmax(-1).cumsum(-1)
-    remove = cum > p
-    remove[..., 1:] = remove[..., :-1].clone()  # keep the token that crosses p
-    remove[..., 0] = False
-    out = sorted_logits.masked_fill(remove, NEG_INF)
-    return torch.empty_like(out).scatter(-1, order, out)
-
-
-def top_p_loop(logits, p):
-    out = logits.clone()
-    for b in range(logits.shape[0]):
-        probs = logits[b].double().softmax(-1)
-        total, keep = 0.0, []
-        for i in probs.argsort(descending=True).tolist():
-            keep.append(i)
-            total += float(probs[i])
-            if total >= p:
-                break
-        mask = torch.ones_like(probs, dtype=torch.bool)
-        mask[keep] = False
-        out[b][mask] = NEG_INF
-    return out
-
-
-def top_p_float64(logits, p):
-    if p == 1.0:
+def top_p_strictly_above_crossing(logits, p):  # drops the crossing token and its ties
+    if p >= 1.0:
         return logits
-    probs = logits.double().softmax(-1)
-    sorted_probs, order = probs.sort(-1, descending=True)
-    n_keep = ((sorted_probs.cumsum(-1) - sorted_probs) < p).sum(-1, keepdim=True)  # [B, 1]
-    positions = torch.arange(order.shape[-1]).expand_as(order)
-    ranks = torch.empty_like(order).scatter(-1, order, positions)  # rank of each token
-    return logits.masked_fill(ranks >= n_keep, NEG_INF)
+    sorted_logits = logits.sort(dim=-1, descending=True).values
+    mass = sorted_logits.float().softmax(dim=-1).cumsum(dim=-1)
+    crossing = (mass < p).sum(dim=-1, keepdim=True).clamp(max=logits.shape[-1] - 1)
+    keep = (logits > sorted_logits.gather(-1, crossing)) | (logits == sorted_logits[:, :1])
+    return logits.masked_fill(~keep, NEG_INF)
 
 
-CORRECT_TOP_P = [top_p_solution, top_p_ascending_hf_style, top_p_shifted_mask, top_p_loop,
-                 top_p_float64]
+def top_p_one_value_too_far(logits, p):  # threshold at the token after the crossing one
+    if p >= 1.0:
+        return logits
+    sorted_logits = logits.sort(dim=-1, descending=True).values
+    mass = sorted_logits.float().softmax(dim=-1).cumsum(dim=-1)
+    after = (mass < p).sum(dim=-1, keepdim=True).add(1).clamp(max=logits.shape[-1] - 1)
+    return logits.masked_fill(logits < sorted_logits.gather(-1, after), NEG_INF)
+
+
+def top_p_no_special_case_for_one(logits, p):  # float32 sums reach 1.0 early
+    sorted_logits = logits.sort(dim=-1, descending=True).values
+    mass = sorted_logits.float().softmax(dim=-1).cumsum(dim=-1)
+    crossing = (mass < p).sum(dim=-1, keepdim=True).clamp(max=logits.shape[-1] - 1)
+    return logits.masked_fill(logits < sorted_logits.gather(-1, crossing), NEG_INF)
 
 
 def top_p_excludes_crossing(logits, p):  # keeps only the tokens whose running sum <= p
@@ -307,8 +344,10 @@ def top_p_probabilities(logits, p):  # returns the renormalised probabilities
 
 
 WRONG_TOP_P = [
-    top_p_excludes_crossing, top_p_excludes_crossing_unguarded, top_p_on_logits,
-    top_p_normalised_logits, top_p_batch_softmax, top_p_forgets_to_unsort, top_p_returns_sorted,
+    top_p_package_rule, top_p_strictly_above_crossing, top_p_one_value_too_far,
+    top_p_no_special_case_for_one, top_p_excludes_crossing, top_p_excludes_crossing_unguarded,
+    top_p_on_logits, top_p_normalised_logits, top_p_batch_softmax, top_p_forgets_to_unsort,
+    top_p_returns_sorted,
     top_p_ascending_keeps_tail, top_p_threshold_each, top_p_one_minus_p, top_p_probabilities,
 ]
 
@@ -327,6 +366,10 @@ def test_top_p_mutant_fails(fn):
 def test_top_p_hints():
     assert "crosses p" in str(result("ch05.top_p_filter", top_p_excludes_crossing))
     assert "always stays" in str(result("ch05.top_p_filter", top_p_excludes_crossing_unguarded))
+    assert "as likely as the crossing token" in str(result("ch05.top_p_filter",
+                                                           top_p_package_rule))
+    assert "long before the tail" in str(result("ch05.top_p_filter",
+                                                top_p_no_special_case_for_one))
 
 
 # --- ch05.sample ---------------------------------------------------------------------------
@@ -343,7 +386,7 @@ def sample_solution(logits, temperature, top_k, top_p, generator):
 def sample_gumbel_max(logits, temperature, top_k, top_p, generator):
     if temperature == 0:
         return logits.argmax(dim=-1)
-    scaled = top_p_shifted_mask(top_k_topk_values(logits.double() / temperature, top_k), top_p)
+    scaled = top_p_prefix_then_ties(top_k_topk_values(logits.double() / temperature, top_k), top_p)
     u = torch.rand(scaled.shape, generator=generator, dtype=torch.float64).clamp_min(1e-300)
     return (scaled - torch.log(-torch.log(u))).argmax(-1)
 

@@ -2,6 +2,10 @@
 
 Shapes: B rows (requests), V vocabulary. Filters return logits [B, V] with -inf where a token is
 removed; `sample` returns one token id per row, Long [B].
+
+The learner's top-p is fairer than the package's on ties: every token whose probability equals
+that of the token crossing p stays (the package keeps whichever of them its sort put first).
+Without ties the two agree, so `sample` is checked on untied random logits.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ import torch
 
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
 from minimodel.sampling import top_k_filter as package_top_k
-from minimodel.sampling import top_p_filter as package_top_p
 
 NEG_INF = float("-inf")
 
@@ -58,13 +61,23 @@ def _first_bad_row(kept: torch.Tensor, want: torch.Tensor) -> int | None:
     return int(bad.nonzero()[0]) if bad.any() else None
 
 
+def _crossing(logits: torch.Tensor, p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(index in descending order, logit) of each row's token that brings the mass to >= p.
+
+    Both are [B, 1]. The logit does not depend on how a sort orders tied tokens.
+    """
+    sorted_desc = logits.double().sort(dim=-1, descending=True).values  # [B, V]
+    mass = sorted_desc.softmax(dim=-1).cumsum(dim=-1)  # running sum, most likely first
+    index = (mass < p).sum(dim=-1, keepdim=True).clamp(max=logits.shape[-1] - 1)
+    return index, sorted_desc.gather(-1, index)
+
+
 def _top_p_mask(logits: torch.Tensor, p: float) -> torch.Tensor:
-    """The tokens top-p keeps, Bool [B, V], computed in float64 (the package's rule)."""
+    """The tokens top-p keeps, Bool [B, V], in float64: every token at least as likely as the
+    token that crosses p (so the tokens tied with it stay too)."""
     if p >= 1.0:
         return torch.ones_like(logits, dtype=torch.bool)
-    B = logits.shape[0]
-    out = package_top_p(logits.double(), torch.full((B,), p, dtype=torch.float64))
-    return out != NEG_INF
+    return logits.double() >= _crossing(logits, p)[1]
 
 
 def _margin_to_p(logits: torch.Tensor, p: float) -> float:
@@ -73,18 +86,27 @@ def _margin_to_p(logits: torch.Tensor, p: float) -> float:
     return float((probs.cumsum(-1) - p).abs().min())
 
 
+def _clear_gap(logits: torch.Tensor, p: float) -> bool:
+    """No logit of any row lies within 1e-5 of its row's crossing logit (except itself)."""
+    threshold = _crossing(logits, p)[1]  # [B, 1]
+    gap = (logits.double() - threshold).abs()
+    return bool(((gap == 0).sum(-1) == 1).all() and (gap[gap > 0] > 1e-5).all())
+
+
 def _logits_away_from_p(B: int, V: int, p: float, scale: float) -> torch.Tensor:
     """Random logits [B, V] whose cumulative probabilities stay clear of p.
 
     On a boundary a correct implementation may round either way; the checks avoid it. A large
-    vocabulary gets a few dozen favourites over a long tail, like a real model's next token.
+    vocabulary gets a few dozen favourites over a long tail, like a real model's next token. The
+    crossing token's logit is also kept clear of its neighbours, so that comparing probabilities
+    or logits gives the same kept set.
     """
     for _ in range(200):
         logits = torch.randn(B, V) * scale
         if V > 1000:
             favourites = torch.randint(0, V, (B, 30))
             logits.scatter_add_(1, favourites, torch.full((B, 30), 14.0))
-        if _margin_to_p(logits, p) > (1e-3 if V > 1000 else 2e-5):
+        if _margin_to_p(logits, p) > (1e-3 if V > 1000 else 2e-5) and _clear_gap(logits, p):
             return logits
     raise AssertionError(f"could not draw logits away from p={p}")  # pragma: no cover
 
@@ -181,8 +203,16 @@ def _top_p_compare(fn: Callable, logits: torch.Tensor, p: float, what: str) -> N
     sorted_probs = probs[order]
     mass = float(probs[kept[row]].sum())
     hint = ""
-    if n_kept == n_want - 1 and torch.equal(kept[row][order][:n_kept],
-                                            torch.ones(n_kept, dtype=torch.bool)):
+    index, threshold = _crossing(logits[row : row + 1], p)
+    tied = int((logits[row].double() == threshold[0, 0]).sum())
+    if tied > 1 and n_kept < n_want and bool((kept[row] <= want[row]).all()) \
+            and n_kept >= int(index) + 1:
+        hint = (f"; {tied} tokens have the same probability as the token that crosses p, but "
+                f"only {tied - (n_want - n_kept)} of them were kept: which of equal tokens "
+                "survives should not depend on where a sort happened to put them, so every "
+                "token as likely as the crossing token stays")
+    elif n_kept == n_want - 1 and torch.equal(kept[row][order][:n_kept],
+                                              torch.ones(n_kept, dtype=torch.bool)):
         hint = (f"; it dropped the token that crosses p (the one that brings the sum from "
                 f"{float(sorted_probs[:n_kept].sum()):.3f} to "
                 f"{float(sorted_probs[:n_want].sum()):.3f}): that token is kept")
@@ -194,7 +224,8 @@ def _top_p_compare(fn: Callable, logits: torch.Tensor, p: float, what: str) -> N
         hint = f"; the kept tokens hold only {mass:.3f} of the probability, less than p"
     raise CheckFailed(
         f"{what}: row {row} {_describe_row(kept[row], want[row])} (the smallest set of most "
-        f"likely tokens whose probabilities sum to >= p={p}, from the softmax of the row){hint}"
+        f"likely tokens whose probabilities sum to >= p={p}, from the softmax of the row, and "
+        f"every token tied with the last of them){hint}"
     )
 
 
@@ -223,6 +254,45 @@ def _top_p_crossing(fn: Callable) -> None:
                    f"that crosses p, got {int(kept.sum())}")
 
 
+def _tied_logits(B: int, V: int, p: float, dtype: torch.dtype) -> torch.Tensor:
+    """Logits [B, V] with many exact ties, a tie at the crossing token of row 0, and running sums
+    clear of p."""
+    for _ in range(500):
+        if dtype == torch.bfloat16:  # what a model in bfloat16 gives: few distinct values
+            logits = (torch.randn(B, V) * 2).to(dtype)
+            if V > 1000:
+                favourites = torch.randint(0, V, (B, 40))
+                logits = logits.float().scatter_add_(1, favourites,
+                                                     torch.full((B, 40), 12.0)).to(dtype)
+        else:
+            logits = torch.randint(-3, 4, (B, V)).to(dtype)
+        index, threshold = _crossing(logits[:1], p)
+        kept_row0 = int((logits[0].double() >= threshold[0, 0]).sum())
+        if kept_row0 > int(index) + 1 and _margin_to_p(logits, p) > (1e-3 if V > 1000 else 1e-4):
+            return logits  # row 0: tokens tied with the crossing one come after it in a sort
+    raise AssertionError("could not draw tied logits")  # pragma: no cover
+
+
+@exercise("ch05.top_p_filter", "keeps every token as likely as the one that crosses p (ties)")
+def _top_p_ties(fn: Callable) -> str:
+    cases = [(2, 12, 0.5, torch.float32), (3, 40, 0.8, torch.float32),
+             (2, 200, 0.3, torch.float64), (2, 64, 0.9, torch.bfloat16),
+             (2, 151936, 0.9, torch.bfloat16)]
+    for B, V, p, dtype in cases:
+        logits = _tied_logits(B, V, p, dtype)
+        _top_p_compare(fn, logits, p, f"top_p_filter(logits [{B}, {V}] in {dtype} with ties, "
+                                      f"p={p})")
+    probs = torch.tensor([0.4, 0.2, 0.2, 0.2])  # p=0.5: the first 0.2 crosses, all three tie
+    for _ in range(3):
+        logits = (probs[torch.randperm(4)].log() + torch.randn(()) * 3)[None]  # [1, 4]
+        kept = _kept(fn(logits.clone(), 0.5), logits, "top_p_filter")
+        expect(int(kept.sum()) == 4,
+               f"top_p_filter with probabilities {_ints(logits.softmax(-1)[0])} and p=0.5 kept "
+               f"{int(kept.sum())} token(s): 0.4 alone is below 0.5, a 0.2 crosses it, and the "
+               "other two 0.2s are just as likely, so all four stay")
+    return f"{len(cases) + 3} cases, up to V = 151936 in bfloat16"
+
+
 @exercise("ch05.top_p_filter", "always keeps at least the most likely token")
 def _top_p_at_least_one(fn: Callable) -> None:
     for B, V, p in [(2, 10, 1e-4), (3, 100, 0.01), (1, 151936, 0.05)]:
@@ -242,14 +312,16 @@ def _top_p_at_least_one(fn: Callable) -> None:
 
 @exercise("ch05.top_p_filter", "p=1.0 means no filter: the logits come back unchanged")
 def _top_p_one(fn: Callable) -> None:
-    for B, V in [(1, 5), (3, 64), (2, 1000)]:
+    for B, V, peak in [(1, 5, 0.0), (3, 64, 0.0), (2, 1000, 0.0), (2, 151936, 25.0)]:
         logits = torch.randn(B, V)
+        logits[:, 0] += peak  # a sure favourite: a float32 running sum is 1.0 from the start
         out = fn(logits.clone(), 1.0)
         expect_shape(out, (B, V), f"top_p_filter(logits [{B}, {V}], p=1.0)")
         assert isinstance(out, torch.Tensor)
         n = int((out == NEG_INF).sum())
         expect(n == 0, f"top_p_filter(logits [{B}, {V}], p=1.0) removed {n} tokens; p=1.0 "
-                       "means no top-p, so every logit stays")
+                       "means no top-p, so every logit stays (a float32 running sum can reach "
+                       "1.0 long before the tail ends, so at p=1.0 it cannot decide what to drop)")
         expect(torch.equal(out, logits), f"top_p_filter(logits [{B}, {V}], p=1.0) changed the "
                                           "logits; with p=1.0 they come back as they were")
 
@@ -277,7 +349,7 @@ def _allowed(logits: torch.Tensor, temperature: float, top_k: int, top_p: float)
     if top_k > 0:
         scaled = package_top_k(scaled, torch.full((B,), top_k, dtype=torch.long))
     if top_p < 1.0:
-        scaled = package_top_p(scaled, torch.full((B,), top_p, dtype=torch.float64))
+        scaled = scaled.masked_fill(~_top_p_mask(scaled, top_p), NEG_INF)
     return scaled != NEG_INF
 
 
@@ -290,8 +362,8 @@ def _expected_probs(logits: torch.Tensor, temperature: float, top_k: int,
 
 def _tokens(out: object, B: int, what: str) -> torch.Tensor:
     if isinstance(out, torch.Tensor) and out.dim() == 0 and B == 1:
-        raise CheckFailed(f"{what} should have shape (1,), got a 0-d tensor: squeeze() also "
-                          "drops B when B=1; use [:, 0] or squeeze(-1)")
+        raise CheckFailed(f"{what} should have shape (1,), got a 0-d tensor: squeeze() drops "
+                          "every dimension of size 1, and with B=1 that includes the batch")
     expect_shape(out, (B,), what)
     assert isinstance(out, torch.Tensor)
     expect(out.dtype == torch.long, f"{what} should be token ids of dtype torch.long (int64), "
@@ -438,9 +510,9 @@ def _sample_seeded(fn: Callable) -> None:
         b = _call(fn, logits, t, k, p, _gen(123))
         expect(torch.equal(a, b),
                f"two calls with generators seeded alike (temperature={t}, top_k={k}, top_p={p}) "
-               "returned different tokens: draw every random number from the `generator` "
-               "argument (e.g. torch.multinomial(probs, 1, generator=generator)), not from "
-               "torch's global generator")
+               "returned different tokens: every random number should come from the "
+               "`generator` argument, not from torch's global generator (torch's random "
+               "functions draw from the global one unless they are given another)")
         c = _call(fn, logits, t, k, p, _gen(321))
         expect(not torch.equal(a, c),
                "generators with different seeds gave the very same 200 tokens: the draw should "
