@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
+import types
+from pathlib import Path
 
 import pytest
 import torch
 
+import minimodel as mm
 from minimodel.engine.detokenizer import IncrementalDetokenizer
 from minimodel.grading import check
+from minimodel.grading.learner import learner_module
+
+SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 
 
 @functools.cache
@@ -412,105 +419,432 @@ def test_stream_hints():
     assert "held back" in str(result("ch06.stream_text", stream_no_flush))
 
 
-# --- ch06.apply_stop -----------------------------------------------------------------------
+# --- ch06.visible_text --------------------------------------------------------------------
 
 
-def stop_solution(text, stop):
-    hits = [text.find(s) for s in stop if s in text]
-    return (text[: min(hits)], True) if hits else (text, False)
-
-
-def stop_regex(text, stop):
-    if not stop:
+def visible_solution(text, stop, final=False):
+    starts = [i for i in (text.find(s) for s in stop) if i >= 0]
+    if starts:
+        return text[: min(starts)], True
+    if final:
         return text, False
-    m = re.search("|".join(re.escape(s) for s in stop), text)
-    return (text[: m.start()], True) if m else (text, False)
+    for i in range(len(text)):
+        if any(s.startswith(text[i:]) for s in stop):
+            return text[:i], False
+    return text, False
 
 
-def stop_scan(text, stop):
+def visible_regex(text, stop, final=False):
+    m = re.search("|".join(re.escape(s) for s in stop), text) if stop else None
+    if m:
+        return text[: m.start()], True
+    hold = 0
+    if not final:
+        hold = max((k for s in stop for k in range(1, len(s)) if text.endswith(s[:k])),
+                   default=0)
+    return text[: len(text) - hold], False
+
+
+def visible_scan(text, stop, final=False):
     for i in range(len(text)):
         if any(text.startswith(s, i) for s in stop):
             return text[:i], True
+    if final:
+        return text, False
+    cut = len(text)
+    for s in stop:  # each stop string's longest proper prefix that ends the text
+        for k in range(min(len(s) - 1, len(text)), 0, -1):
+            if text[-k:] == s[:k]:
+                cut = min(cut, len(text) - k)
+                break
+    return text[:cut], False
+
+
+CORRECT_VISIBLE = [visible_solution, visible_regex, visible_scan]
+
+
+def visible_package_rule(text, stop, final=False):  # holds len(stop) - 1 characters always
+    cut, found = visible_solution(text, stop, final=True)
+    if found or final:
+        return cut, found
+    hold = max((len(s) for s in stop), default=1) - 1
+    return text[: max(0, len(text) - hold)], False
+
+
+def visible_never_holds(text, stop, final=False):  # the plain cut: shows a stop string's start
+    return visible_solution(text, stop, final=True)
+
+
+def visible_last_char_only(text, stop, final=False):
+    cut, found = visible_solution(text, stop, final=True)
+    if found or final:
+        return cut, found
+    if text and any(s.startswith(text[-1]) for s in stop):
+        return text[:-1], False
     return text, False
 
 
-CORRECT_STOP = [stop_solution, stop_regex, stop_scan]
+def visible_shortest_hold(text, stop, final=False):  # holds the shortest possible end
+    cut, found = visible_solution(text, stop, final=True)
+    if found or final:
+        return cut, found
+    for i in range(len(text) - 1, -1, -1):
+        if any(s.startswith(text[i:]) for s in stop):
+            return text[:i], False
+    return text, False
 
 
-def stop_included(text, stop):
+def visible_ignores_final(text, stop, final=False):
+    return visible_solution(text, stop, False)
+
+
+def visible_final_skips_stop(text, stop, final=False):
+    return (text, False) if final else visible_solution(text, stop)
+
+
+def visible_includes_stop(text, stop, final=False):
     hits = [(text.find(s), s) for s in stop if s in text]
-    if not hits:
-        return text, False
-    i, s = min(hits)
-    return text[: i + len(s)], True
+    if hits:
+        i, s = min(hits)
+        return text[: i + len(s)], True
+    return visible_solution(text, stop, final)
 
 
-def stop_list_order(text, stop):
+def visible_list_order(text, stop, final=False):
     for s in stop:
         if s in text:
             return text[: text.find(s)], True
-    return text, False
+    return visible_solution(text, stop, final)
 
 
-def stop_endswith(text, stop):
+def visible_endswith(text, stop, final=False):
     for s in stop:
         if text.endswith(s):
             return text[: -len(s)], True
+    return visible_solution(text, [s for s in stop if s not in text], final)
+
+
+def visible_first_stop_only(text, stop, final=False):
+    return visible_solution(text, stop[:1], final)
+
+
+def visible_suffix_not_prefix(text, stop, final=False):  # holds what could END a stop string
+    cut, found = visible_solution(text, stop, final=True)
+    if found or final:
+        return cut, found
+    for i in range(len(text)):
+        if any(s.endswith(text[i:]) for s in stop):
+            return text[:i], False
     return text, False
 
 
-def stop_last_occurrence(text, stop):
-    hits = [text.rfind(s) for s in stop if s in text]
-    return (text[: min(hits)], True) if hits else (text, False)
+def visible_returns_held(text, stop, final=False):  # returns the held part, not the shown one
+    cut, found = visible_solution(text, stop, final)
+    return (cut, found) if found else (text[len(cut):], False)
 
 
-def stop_first_only(text, stop):
-    if stop and stop[0] in text:
-        return text.split(stop[0])[0], True
-    return text, False
-
-
-def stop_not_cut(text, stop):
-    return text, any(s in text for s in stop)
-
-
-def stop_strips(text, stop):
-    cut, found = stop_solution(text, stop)
+def visible_strips(text, stop, final=False):
+    cut, found = visible_solution(text, stop, final)
     return cut.rstrip(), found
 
 
-def stop_index_raises(text, stop):
-    hits = [text.index(s) for s in stop]
-    return (text[: min(hits)], True) if hits else (text, False)
-
-
-def stop_none_flag(text, stop):
-    cut, found = stop_solution(text, stop)
-    return cut, (True if found else None)
-
-
-def stop_regex_unescaped(text, stop):  # "." matches any character
-    m = re.search("|".join(stop), text) if stop else None
-    return (text[: m.start()], True) if m else (text, False)
-
-
-WRONG_STOP = [
-    stop_regex_unescaped, stop_included, stop_list_order, stop_endswith, stop_last_occurrence,
-    stop_first_only, stop_not_cut, stop_strips, stop_index_raises, stop_none_flag,
+WRONG_VISIBLE = [
+    visible_package_rule, visible_never_holds, visible_last_char_only, visible_shortest_hold,
+    visible_ignores_final, visible_final_skips_stop, visible_includes_stop, visible_list_order,
+    visible_endswith, visible_first_stop_only, visible_suffix_not_prefix, visible_returns_held,
+    visible_strips,
 ]
 
 
-@pytest.mark.parametrize("fn", CORRECT_STOP, ids=lambda f: f.__name__)
-def test_stop_correct_passes(fn):
-    result = check("ch06.apply_stop", fn)
+@pytest.mark.parametrize("fn", CORRECT_VISIBLE, ids=lambda f: f.__name__)
+def test_visible_correct_passes(fn):
+    result = check("ch06.visible_text", fn)
     assert result.passed, str(result)
 
 
-@pytest.mark.parametrize("fn", WRONG_STOP, ids=lambda f: f.__name__)
-def test_stop_mutant_fails(fn):
-    assert not result("ch06.apply_stop", fn).passed
+@pytest.mark.parametrize("fn", WRONG_VISIBLE, ids=lambda f: f.__name__)
+def test_visible_mutant_fails(fn):
+    assert not result("ch06.visible_text", fn).passed
 
 
-def test_stop_hints():
-    assert "not part of the output" in str(result("ch06.apply_stop", stop_included))
-    assert "search the whole text" in str(result("ch06.apply_stop", stop_endswith))
+def test_visible_hints():
+    assert "not part of the output" in str(result("ch06.visible_text", visible_includes_stop))
+    assert "must not show it yet" in str(result("ch06.visible_text", visible_never_holds))
+    assert "reach the reader now" in str(result("ch06.visible_text", visible_package_rule))
+    assert "nothing can complete" in str(result("ch06.visible_text", visible_ignores_final))
+
+
+# --- ch06.my_writer: the capstone ----------------------------------------------------------
+#
+# The solution's my_writer runs on the solutions' own ch04 (my_qwen3_forward) and ch05 (sample).
+# Variants swap one piece: the names a my_writer looks up (generate, ch04, ch05) are rebound.
+
+
+@functools.cache
+def solution(name: str) -> types.ModuleType:
+    return learner_module(name, SOLUTIONS)
+
+
+def rebind(fn, name: str | None = None, **names):
+    """`fn` with some of its global names bound to other objects (and renamed to `name`)."""
+    scope = {**fn.__globals__, **names}
+    return types.FunctionType(fn.__code__, scope, name or fn.__name__, fn.__defaults__,
+                              fn.__closure__)
+
+
+def as_learner_module(label: str, **functions) -> types.ModuleType:
+    """A module that spy_calls treats as a learner's notebook, holding `functions` by name."""
+    module = types.ModuleType(f"learner_{label}")
+    for key, f in functions.items():
+        setattr(module, key, rebind(f, name=key))
+    return module
+
+
+def writer(**names):
+    """The solution's my_writer with some of its pieces swapped."""
+    return rebind(solution("ch06").my_writer, **names)
+
+
+def qwen3_forward(weights, cfg, ids, attention_mask=None, causal=True):
+    """Another Qwen3 forward, written without the course's pieces: ids [B, T] -> [B, T, V]."""
+    B, T = ids.shape
+    H, Hkv, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+
+    def norm(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps) * w
+
+    real = torch.ones(B, T, dtype=torch.bool) if attention_mask is None else attention_mask
+    pos = (real.long().cumsum(-1) - 1).clamp(min=0).float()  # [B, T]
+    angle = pos[..., None] / cfg.rope_theta ** (torch.arange(0, D, 2).float() / D)
+    cos, sin = angle.cos().repeat(1, 1, 2)[:, None], angle.sin().repeat(1, 1, 2)[:, None]
+
+    def rope(x):  # [B, H, T, D]
+        return x * cos + torch.cat([-x[..., D // 2:], x[..., : D // 2]], -1) * sin
+
+    allowed = real[:, None, None, :] & (torch.ones(T, T).tril().bool() if causal else True)
+    x = weights["model.embed_tokens.weight"][ids]
+    for i in range(cfg.num_hidden_layers):
+        w = {k.removeprefix(f"model.layers.{i}."): v for k, v in weights.items()
+             if k.startswith(f"model.layers.{i}.")}
+        h = norm(x, w["input_layernorm.weight"])
+        q = (h @ w["self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
+        k = (h @ w["self_attn.k_proj.weight"].T).view(B, T, Hkv, D).transpose(1, 2)
+        v = (h @ w["self_attn.v_proj.weight"].T).view(B, T, Hkv, D).transpose(1, 2)
+        q = rope(norm(q, w["self_attn.q_norm.weight"]))
+        k = rope(norm(k, w["self_attn.k_norm.weight"])).repeat_interleave(H // Hkv, 1)
+        v = v.repeat_interleave(H // Hkv, 1)
+        scores = (q @ k.transpose(-1, -2) / D**0.5).masked_fill(~allowed, float("-inf"))
+        a = (scores.softmax(-1).nan_to_num(0.0) @ v).transpose(1, 2).reshape(B, T, H * D)
+        x = x + a @ w["self_attn.o_proj.weight"].T
+        h = norm(x, w["post_attention_layernorm.weight"])
+        gate = torch.nn.functional.silu(h @ w["mlp.gate_proj.weight"].T)
+        x = x + (gate * (h @ w["mlp.up_proj.weight"].T)) @ w["mlp.down_proj.weight"].T
+    head = weights.get("lm_head.weight", weights["model.embed_tokens.weight"])
+    return norm(x, weights["model.norm.weight"]) @ head.T
+
+
+def forward_causal(weights, cfg, ids, attention_mask=None):
+    return qwen3_forward(weights, cfg, ids, attention_mask)
+
+
+def forward_no_mask(weights, cfg, ids, attention_mask=None):  # attends to later tokens too
+    return qwen3_forward(weights, cfg, ids, attention_mask, causal=False)
+
+
+def forward_wrong_theta(weights, cfg, ids, attention_mask=None):  # most pairs never rotate
+    cfg = dataclasses.replace(cfg, rope_theta=1e30)
+    return qwen3_forward(weights, cfg, ids, attention_mask)
+
+
+def writer_own_style(weights, cfg, ids, max_new_tokens, eos_id=None, temperature=0.0, top_k=0,
+                     top_p=1.0, generator=None):
+    """Written differently: a forward_all object, the drawn token marked with +inf."""
+
+    class ForwardAll:
+        def __call__(self, tokens):
+            logits = ch04.my_qwen3_forward(weights, cfg, tokens).clone()  # noqa: F821
+            if temperature > 0:
+                token = int(ch05.sample(logits[:, -1], temperature, top_k, top_p,  # noqa: F821
+                                        generator)[0])
+                logits[0, -1, token] = float("inf")
+            return logits
+
+    return generate(ForwardAll(), ids, max_new_tokens, eos_id=eos_id)  # noqa: F821
+
+
+def generate_drops_last(forward_all, tokens, max_new_tokens, eos_id=None):
+    return solution("ch06").generate(forward_all, tokens, max_new_tokens, eos_id)[:-1]
+
+
+def generate_last_token_only(forward_all, tokens, max_new_tokens, eos_id=None):
+    out, step = [], tokens
+    for _ in range(max_new_tokens):
+        token = int(forward_all(step)[0, -1].argmax())
+        out.append(token)
+        step = tokens.new_tensor([[token]])
+        if token == eos_id:
+            break
+    return out
+
+
+@functools.cache
+def package_model():
+    return mm.reference.Qwen3ForCausalLM.from_pretrained(mm.resolve_model("bard"))
+
+
+def writer_package_model(weights, cfg, ids, max_new_tokens, eos_id=None, temperature=0.0,
+                         top_k=0, top_p=1.0, generator=None):
+    return generate(package_model(), ids, max_new_tokens, eos_id)  # noqa: F821
+
+
+def writer_own_loop(weights, cfg, ids, max_new_tokens, eos_id=None, temperature=0.0, top_k=0,
+                    top_p=1.0, generator=None):
+    out = []
+    for _ in range(max_new_tokens):
+        token = int(ch04.my_qwen3_forward(weights, cfg, ids)[0, -1].argmax())  # noqa: F821
+        out.append(token)
+        ids = torch.cat([ids, ids.new_tensor([[token]])], dim=1)
+        if token == eos_id:
+            break
+    return out
+
+
+def writer_always_greedy(weights, cfg, ids, max_new_tokens, eos_id=None, temperature=0.0,
+                         top_k=0, top_p=1.0, generator=None):
+    return generate(lambda t: ch04.my_qwen3_forward(weights, cfg, t),  # noqa: F821
+                    ids, max_new_tokens, eos_id)
+
+
+def writer_package_sampler(weights, cfg, ids, max_new_tokens, eos_id=None, temperature=0.0,
+                           top_k=0, top_p=1.0, generator=None):
+    params = mm.SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+    sampler = mm.sampling.Sampler()
+
+    def forward_all(tokens):
+        logits = ch04.my_qwen3_forward(weights, cfg, tokens).clone()  # noqa: F821
+        if temperature > 0:
+            token = int(sampler(logits[:, -1], [params], [generator])[0][0])
+            logits[0, -1, token] = float("inf")
+        return logits
+
+    return generate(forward_all, ids, max_new_tokens, eos_id)  # noqa: F821
+
+
+def writer_ignores_eos(weights, cfg, ids, max_new_tokens, eos_id=None, **sampling):
+    return solution("ch06").my_writer(weights, cfg, ids, max_new_tokens, None, **sampling)
+
+
+def sampler_without_generator(logits, temperature, top_k, top_p, generator):
+    return solution("ch05").sample(logits, temperature, top_k, top_p, None)
+
+
+def sampler_without_top_k(logits, temperature, top_k, top_p, generator):
+    return solution("ch05").sample(logits, temperature, 0, top_p, generator)
+
+
+def writer_draw_in_wrong_row(weights, cfg, ids, max_new_tokens, eos_id=None, temperature=0.0,
+                             top_k=0, top_p=1.0, generator=None):
+    def forward_all(tokens):  # marks the drawn token at the first position: generate reads
+        logits = ch04.my_qwen3_forward(weights, cfg, tokens).clone()  # noqa: F821
+        if temperature > 0:
+            token = int(ch05.sample(logits[:, -1], temperature, top_k, top_p,  # noqa: F821
+                                    generator)[0])
+            logits[0, 0, token] = float("inf")
+        return logits
+
+    return generate(forward_all, ids, max_new_tokens, eos_id)  # noqa: F821
+
+
+def correct_writers():
+    ch06 = solution("ch06")
+    ch04_other = as_learner_module("ch04_other", my_qwen3_forward=forward_causal)
+    pieces = dict(generate=ch06.generate, ch04=solution("ch04"), ch05=solution("ch05"))
+    return {
+        "solution": ch06.my_writer,
+        "another_model": writer(ch04=ch04_other),
+        "own_style": rebind(writer_own_style, **pieces),
+    }
+
+
+def wrong_writers():
+    ch06 = solution("ch06")
+    pieces = dict(generate=ch06.generate, ch04=solution("ch04"), ch05=solution("ch05"))
+    generate_as = {f.__name__: rebind(f, name="generate")
+                   for f in (generate_drops_last, generate_last_token_only)}
+    ch05_with = {f.__name__: as_learner_module(f.__name__, sample=f)
+                 for f in (sampler_without_generator, sampler_without_top_k)}
+    return {
+        "loop_drops_last_token": writer(generate=generate_as["generate_drops_last"]),
+        "loop_shows_last_token_only": writer(generate=generate_as["generate_last_token_only"]),
+        "model_without_causal_mask": writer(ch04=as_learner_module(
+            "ch04_no_mask", my_qwen3_forward=forward_no_mask)),
+        "model_wrong_rope_base": writer(ch04=as_learner_module(
+            "ch04_wrong_theta", my_qwen3_forward=forward_wrong_theta)),
+        "package_model": rebind(writer_package_model, **pieces),
+        "own_loop_not_generate": rebind(writer_own_loop, **pieces),
+        "sampling_ignored": rebind(writer_always_greedy, **pieces),
+        "package_sampler": rebind(writer_package_sampler, **pieces),
+        "eos_not_passed": rebind(writer_ignores_eos, **pieces),
+        "sampler_without_generator": writer(ch05=ch05_with["sampler_without_generator"]),
+        "sampler_without_top_k": writer(ch05=ch05_with["sampler_without_top_k"]),
+        "drawn_token_in_wrong_row": rebind(writer_draw_in_wrong_row, **pieces),
+    }
+
+
+@pytest.mark.parametrize("name", ["solution", "another_model", "own_style"])
+def test_writer_correct_passes(name):
+    outcome = check("ch06.my_writer", correct_writers()[name])
+    assert outcome.passed, str(outcome)
+
+
+WRONG_WRITERS = ["loop_drops_last_token", "loop_shows_last_token_only",
+                 "model_without_causal_mask", "model_wrong_rope_base", "package_model",
+                 "own_loop_not_generate", "sampling_ignored", "package_sampler", "eos_not_passed",
+                 "sampler_without_generator", "sampler_without_top_k", "drawn_token_in_wrong_row"]
+
+
+@functools.cache
+def writer_result(name):
+    return check("ch06.my_writer", wrong_writers()[name])
+
+
+@pytest.mark.parametrize("name", WRONG_WRITERS)
+def test_writer_mutant_fails(name):
+    assert not writer_result(name).passed, str(writer_result(name))
+
+
+def causal_mask_sees_the_future(T):
+    return torch.ones(T, T, dtype=torch.bool)
+
+
+def rope_qkv_forgotten(q, k, v, positions, theta):
+    return q, k, v
+
+
+@pytest.mark.parametrize("chapter, piece, broken", [
+    ("ch03", "causal_mask", causal_mask_sees_the_future),
+    ("ch02", "rope_qkv", rope_qkv_forgotten),
+], ids=["ch03.causal_mask", "ch02.rope_qkv"])
+def test_writer_fails_when_a_learner_piece_is_broken(monkeypatch, chapter, piece, broken):
+    """The solution's own chain: ch06 -> ch04 -> ch02/ch03. Break one earlier piece."""
+    ch04 = solution("ch06").ch04
+    monkeypatch.setattr(getattr(ch04, chapter), piece, broken)
+    outcome = check("ch06.my_writer", solution("ch06").my_writer)
+    assert not outcome.passed, str(outcome)
+
+
+def test_writer_hints():
+    assert "one short" in str(writer_result("loop_drops_last_token"))
+    assert "my_qwen3_forward" in str(writer_result("package_model"))
+    assert "never called generate" in str(writer_result("own_loop_not_generate"))
+    assert "call(s) of sample" in str(writer_result("package_sampler"))
+    assert "seeded alike" in str(writer_result("sampler_without_generator"))
+
+
+def test_writer_stub_is_not_implemented_yet():
+    def stub(weights, cfg, ids, max_new_tokens, eos_id=None, temperature=0.0, top_k=0,
+             top_p=1.0, generator=None):
+        raise NotImplementedError("your code here")
+
+    outcome = check("ch06.my_writer", stub)
+    assert not outcome.implemented and outcome.summary().endswith("not implemented yet")

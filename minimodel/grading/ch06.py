@@ -1,8 +1,11 @@
-"""Checks for chapter 06, the generation loop: generate, stream_text, apply_stop.
+"""Checks for chapter 06, the generation loop: generate, stream_text, visible_text, my_writer.
 
 `generate` is graded with fake models: deterministic functions from a prefix to the next token,
 dressed up as `forward_all(ids [1, T]) -> logits [1, T, V]`. `stream_text` is graded with the
-real Qwen3 tokenizer on random Chinese, emoji and mixed text.
+real Qwen3 tokenizer on random Chinese, emoji and mixed text. `visible_text` is the stop-string
+rule of a stream that never shows the start of a stop string. The capstone `my_writer` runs the
+learner's own loop, model (chapter 04) and sampler (chapter 05) on the course's model `bard`
+and compares its tokens with the engine's, `mm.LLM(...).generate`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Callable
 import torch
 
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.learner import spy_calls
 
 # --- ch06.generate -------------------------------------------------------------------------
 
@@ -120,8 +124,9 @@ def _gen_greedy(fn: Callable) -> None:
             k = next((i for i, (a, b) in enumerate(zip(out, want)) if a != b), min(len(out), n))
             raise CheckFailed(
                 f"with a prompt of {T} tokens (V={V}), the greedy tokens are {_short(want)}, got "
-                f"{_short(out)} (first difference at new token {k}): take logits[0, -1] (the "
-                "last position predicts the next token) and its argmax over the vocabulary"
+                f"{_short(out)} (first difference at new token {k}): the next token is the argmax, "
+                "over the vocabulary, of the logits at the last position (the only position "
+                "that has read the whole sequence)"
             )
 
 
@@ -186,7 +191,8 @@ def _gen_eos_edge(fn: Callable) -> None:
     model.offset = -model.hash(prompt) % model.V  # the first new token is 0
     out = _run(fn, model, prompt, 5, 0)
     expect(out == [0], f"with eos_id=0 and the model's first token 0, generate should return "
-                       f"[0], got {_short(out)}: test `token == eos_id`, not `if eos_id`")
+                       f"[0], got {_short(out)}: 0 is a real token id, even though Python treats "
+                       "it as false")
     for V, T, n in [(50, 5, 6), (1000, 3, 8)]:
         model, prompt = _case(V, T)
         for eos in range(V):  # an EOS in the prompt that the loop then never produces
@@ -344,90 +350,313 @@ def _stream_prompt(fn: Callable) -> None:
                 )
 
 
-# --- ch06.apply_stop -----------------------------------------------------------------------
+# --- ch06.visible_text --------------------------------------------------------------------
 
 STOP_ALPHABET = list("abcxyz ,.!\n") + ["你", "好", "。", "🙂"]
 
 
-def _stop_text(n: int) -> str:
-    return "".join(_pick(STOP_ALPHABET) for _ in range(n))
+def _stop_text(n: int, alphabet: list[str] = STOP_ALPHABET) -> str:
+    return "".join(_pick(alphabet) for _ in range(n))
 
 
-def _expected_stop(text: str, stop: list[str]) -> tuple[str, bool]:
+def _expected_visible(text: str, stop: list[str], final: bool = False) -> tuple[str, bool]:
     hits = [i for i in (text.find(s) for s in stop) if i >= 0]
-    return (text[: min(hits)], True) if hits else (text, False)
+    if hits:
+        return text[: min(hits)], True
+    if final:
+        return text, False
+    for start in range(len(text)):  # the first start is the longest end that could grow
+        if any(s.startswith(text[start:]) for s in stop):
+            return text[:start], False
+    return text, False
 
 
-def _stop_call(fn: Callable, text: str, stop: list[str]) -> tuple[str, bool]:
-    out = fn(text, list(stop))
-    what = f"apply_stop({text!r}, {stop!r})"
+def _visible_call(fn: Callable, text: str, stop: list[str], final: bool) -> tuple[str, bool]:
+    out = fn(text, list(stop), final)
+    what = f"visible_text({text!r}, {stop!r}, final={final})"
     expect(isinstance(out, tuple) and len(out) == 2,
            f"{what} should return a tuple (text, stopped), got {out!r}")
-    cut, stopped = out
-    expect(isinstance(cut, str) and isinstance(stopped, bool),
-           f"{what} should return (str, bool), got ({type(cut).__name__}, "
+    shown, stopped = out
+    expect(isinstance(shown, str) and isinstance(stopped, bool),
+           f"{what} should return (str, bool), got ({type(shown).__name__}, "
            f"{type(stopped).__name__})")
-    return cut, stopped
+    return shown, stopped
 
 
-def _stop_compare(fn: Callable, text: str, stop: list[str]) -> None:
-    want = _expected_stop(text, stop)
-    got = _stop_call(fn, text, stop)
+def _visible_compare(fn: Callable, text: str, stop: list[str], final: bool = False) -> None:
+    want = _expected_visible(text, stop, final)
+    got = _visible_call(fn, text, stop, final)
     if got == want:
         return
     hint = ""
     found = [s for s in stop if s in text]
-    if found and got[1] and any(got[0] == text[: text.find(s) + len(s)] for s in found):
-        hint = ": the stop string itself is not part of the output"
-    elif found and got == (text, False):
-        hint = (": the stop string is there but not at the very end; a token can carry the stop "
-                "string and more (\".\\n\" is one token), so search the whole text")
-    elif found and got[1] and got[0] == want[0].strip():
-        hint = ": keep the text before the stop string as it is (no stripping of spaces)"
-    elif found and got[1]:
-        hint = (": cut at the stop string that starts first in the text, whatever its place in "
-                "the list, and at its first occurrence")
-    raise CheckFailed(f"apply_stop({text!r}, {stop!r}) should return {want!r}, got {got!r}{hint}")
+    if found:
+        if got[1] and any(got[0] == text[: text.find(s) + len(s)] for s in found):
+            hint = ": the stop string itself is not part of the output"
+        elif not got[1]:
+            hint = (": a stop string is in the text (maybe not at its very end: one token can "
+                    "carry a stop string and more), so the text stops there")
+        elif got[0] == want[0].strip():
+            hint = ": keep the text before the stop string as it is (no stripping of spaces)"
+        else:
+            hint = (": cut at the stop string that starts first in the text, whatever its place "
+                    "in the list, and at its first occurrence")
+    elif final and got[0] != text:
+        hint = (": with final=True no more text will come, so nothing can complete a stop "
+                "string: show everything")
+    elif got[0] == text and want[0] != text:
+        hint = (f": the end {text[len(want[0]):]!r} could be the start of a stop string, so a "
+                "stream must not show it yet")
+    elif len(got[0]) < len(want[0]) and text.startswith(got[0]):
+        held = text[len(got[0]):]
+        hint = (f": it held back {held!r}, but only {text[len(want[0]):]!r} could still become a "
+                "stop string; text that cannot start one should reach the reader now")
+    elif len(got[0]) > len(want[0]) and text.startswith(got[0]):
+        hint = (f": it showed {got[0][len(want[0]):]!r}, which could be the start of a stop "
+                f"string; hold back the longest end of the text that begins a stop string")
+    raise CheckFailed(f"visible_text({text!r}, {stop!r}, final={final}) should return {want!r}, "
+                      f"got {got!r}{hint}")
 
 
-@exercise("ch06.apply_stop", "no stop string in the text: (text, False)")
-def _stop_none(fn: Callable) -> None:
-    for n in (0, 5, 20):
-        text = _stop_text(n)
-        stop = [s for s in ["###", "END", "🙂🙂🙂", "好好好"] if s not in text]
-        _stop_compare(fn, text, stop)
-        _stop_compare(fn, text, [])
+@exercise("ch06.visible_text", "no stop string can start in the text: all of it is shown")
+def _visible_none(fn: Callable) -> None:
+    for n in (0, 1, 5, 20, 60):
+        text = _stop_text(n, list("abcxyz ,.!"))
+        for stop in (["###", "END", "\n\nUser:"], ["好好好", "🙂🙂"], []):
+            for final in (False, True):
+                _visible_compare(fn, text, stop, final)
 
 
-@exercise("ch06.apply_stop", "cuts just before the stop string, wherever it is in the text")
-def _stop_cut(fn: Callable) -> str:
-    count = 0
+@exercise("ch06.visible_text", "cuts just before the stop string that starts first")
+def _visible_cut(fn: Callable) -> str:
+    cases = [("The end.\n\nMore", ["."]), ("答案是四十二。后面", ["。"]), ("stop here", ["stop"]),
+             ("abc###", ["###"]), ("Answer: 42 \n\nUser:", ["User:"]),
+             ("one. two! three.", ["!", "."]), ("xab", ["b", "ab"]), ("a.b.c.", ["."]),
+             ("你好。你好！", ["！", "。"])]
     for n in (4, 10, 25, 40):
         for length in (1, 2, 3):
             text = _stop_text(n)
             start = int(torch.randint(0, n - length + 1, ()))
-            stop = [text[start : start + length]]
-            _stop_compare(fn, text, stop)  # at the start, in the middle or at the end
-            count += 1
-    for text, stop in [("The end.\n\nMore", ["."]), ("答案是四十二。后面", ["。"]),
-                       ("stop here", ["stop"]), ("abc###", ["###"]),
-                       ("Answer: 42 \n\nUser:", ["User:"])]:  # the spaces before it stay
-        _stop_compare(fn, text, stop)
-        count += 1
-    return f"{count} texts"
-
-
-@exercise("ch06.apply_stop", "the stop string that starts first wins, at its first occurrence")
-def _stop_earliest(fn: Callable) -> None:
-    cases = [
-        ("one. two! three.", ["!", "."]),  # the list order is not the text order
-        ("xab", ["b", "ab"]),  # overlapping stop strings: "ab" starts first
-        ("a.b.c.", ["."]),  # repeated: the first one counts
-        ("你好。你好！", ["！", "。"]),
-    ]
+            cases.append((text, [text[start : start + length], "###"]))
     for _ in range(6):
         text = _stop_text(30)
-        stop = [text[int(torch.randint(0, 28, ())):][:2] for _ in range(3)]
+        cases.append((text, [text[int(torch.randint(0, 28, ())):][:2] for _ in range(3)]))
+    for text, stop in cases:
+        for final in (False, True):
+            _visible_compare(fn, text, stop, final)
+    return f"{len(cases)} texts"
+
+
+@exercise("ch06.visible_text", "holds back only the longest end that could start a stop string")
+def _visible_hold(fn: Callable) -> str:
+    cases = [("Hello\n", ["\n\nUser:"]), ("Hello\n\nUs", ["\n\nUser:"]),
+             ("Hello there", ["\n\nUser:"]), ("xaa", ["aab"]), ("xabca", ["abcab"]),
+             ("你好。", ["。\n", "END"]), ("ab", ["abc", "x"]), ("wait for it", ["it!", "t."]),
+             ("abab", ["babc"])]
+    for _ in range(20):  # a tiny alphabet: prefixes of stop strings overlap and recur
+        stop = [_stop_text(int(torch.randint(2, 6, ())), list("ab")) for _ in range(2)]
+        text = _stop_text(int(torch.randint(0, 8, ())), list("abx"))
+        text += stop[0][: int(torch.randint(0, len(stop[0]), ()))]
         cases.append((text, stop))
     for text, stop in cases:
-        _stop_compare(fn, text, stop)
+        _visible_compare(fn, text, stop)
+    return f"{len(cases)} texts"
+
+
+@exercise("ch06.visible_text", "final=True: the stream has ended, so nothing is held back")
+def _visible_final(fn: Callable) -> None:
+    for text, stop in [("Hello\n", ["\n\nUser:"]), ("xaa", ["aab"]), ("Hello\n\n", ["\n\nU"]),
+                       ("done.", [".\n", "!"])]:
+        _visible_compare(fn, text, stop, final=True)
+
+
+@exercise("ch06.visible_text", "over a stream, shown text is never taken back")
+def _visible_stream(fn: Callable) -> str:
+    streams = 0
+    for stop in (["\n\nUser:"], ["aab", "ba"], ["。\n", "END"], ["abcab"]):
+        for _ in range(4):
+            alphabet = sorted(set("".join(stop)) | set("xy "))
+            text = _stop_text(int(torch.randint(10, 30, ())), alphabet)
+            cuts = sorted(set(torch.randint(1, len(text), (6,)).tolist())) + [len(text)]
+            shown = ""
+            for end in cuts:
+                now, stopped = _visible_call(fn, text[:end], stop, end == len(text))
+                if not now.startswith(shown):
+                    raise CheckFailed(
+                        f"streaming {text!r} with stop {stop!r}: the reader had seen {shown!r}, "
+                        f"then visible_text({text[:end]!r}) gave {now!r}, which takes some of "
+                        "it back; text that might start a stop string must not be shown early"
+                    )
+                shown = now
+                if stopped:
+                    break
+            streams += 1
+    return f"{streams} streams"
+
+
+# --- ch06.my_writer: the capstone ----------------------------------------------------------
+
+WRITER_PROMPTS = [
+    "ROMEO.\n", "Shall I compare thee to a summer's", "《静夜思》\n作者：李白\n",
+    "HAMLET.\nTo be, or not to be", "《春晓》\n作者：",
+]
+WRITER_NEW = 12  # greedy tokens per prompt: enough to catch a wrong step, cheap without a cache
+
+
+@functools.lru_cache(maxsize=1)
+def _bard() -> tuple:
+    """(float32 weights by Hugging Face name, config, tokenizer, reference model) of bard."""
+    from safetensors.torch import load_file
+
+    import minimodel as mm
+
+    path = mm.resolve_model("bard")
+    weights = {k: v.float() for k, v in load_file(str(path / "model.safetensors")).items()}
+    model = mm.reference.Qwen3ForCausalLM.from_pretrained(path)  # float32
+    return weights, mm.Qwen3Config.from_pretrained(path), mm.load_tokenizer(path), model
+
+
+@functools.lru_cache(maxsize=1)
+def _engine_greedy() -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    """(prompt ids, greedy new ids) from mm.LLM for each prompt whose greedy path is clear.
+
+    A step where the two best logits are within 1e-3 could go either way in another float32
+    computation of the same model; such prompts are left out.
+    """
+    import minimodel as mm
+
+    _, _, tok, model = _bard()
+    prompts = [tok.encode(p) for p in WRITER_PROMPTS]
+    llm = mm.LLM("bard", device="cpu", dtype=torch.float32, kv_cache_bytes=1 << 25)
+    params = mm.SamplingParams(temperature=0.0, max_new_tokens=WRITER_NEW, ignore_eos=True)
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    del llm
+    clear = []
+    with torch.inference_mode():
+        for ids, out in zip(prompts, outs):
+            new = list(out.token_ids)
+            logits = model(torch.tensor([ids + new]))[0, len(ids) - 1 : -1]  # [n, V]
+            top2 = logits.topk(2, dim=-1).values
+            chosen = logits.gather(-1, torch.tensor(new)[:, None])[:, 0]
+            if bool(((chosen == top2[:, 0]) & (top2[:, 0] - top2[:, 1] > 1e-3)).all()):
+                clear.append((tuple(ids), tuple(new)))
+    assert len(clear) >= 3, "too few prompts with a clear greedy path"
+    return tuple(clear)
+
+
+def _write(fn: Callable, ids: tuple[int, ...], n: int, eos_id: int | None = None,
+           **sampling) -> list[int]:
+    weights, cfg, _, _ = _bard()
+    out = fn(dict(weights), cfg, torch.tensor([ids]), n, eos_id, **sampling)
+    what = f"my_writer(..., max_new_tokens={n}, eos_id={eos_id})"
+    expect(isinstance(out, list), f"{what} should return a list of ints (the new token ids), "
+                                  f"got {type(out).__name__}")
+    kinds = {type(t).__name__ for t in out if not isinstance(t, int) or isinstance(t, bool)}
+    expect(not kinds, f"{what} should return a list of Python ints, got items of type "
+                      f"{', '.join(sorted(kinds))}")
+    return out
+
+
+def _pick_prompts(n: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    clear = _engine_greedy()
+    return [clear[int(i)] for i in torch.randperm(len(clear))[:n]]
+
+
+@exercise("ch06.my_writer", "greedy: token for token what mm.LLM(...).generate writes on bard")
+def _writer_greedy(fn: Callable) -> str:
+    tok = _bard()[2]
+    cases = 0
+    for ids, want in _pick_prompts(3):
+        n = int(torch.randint(WRITER_NEW - 4, WRITER_NEW + 1, ()))
+        out = _write(fn, ids, n)
+        want = list(want[:n])
+        if out == want:
+            cases += 1
+            continue
+        prompt = tok.decode(list(ids))
+        if out == want[:-1]:
+            raise CheckFailed(f"for {prompt!r} with max_new_tokens={n}, my_writer returned "
+                              f"{n - 1} tokens, one short of the engine's {n}: the last new "
+                              "token is missing from the result")
+        if len(out) != n:
+            raise CheckFailed(f"for {prompt!r} with max_new_tokens={n} and no EOS, my_writer "
+                              f"returned {len(out)} tokens instead of {n}")
+        k = next(i for i, (a, b) in enumerate(zip(out, want)) if a != b)
+        raise CheckFailed(
+            f"for {prompt!r} the engine writes {tok.decode(want)!r}, your code "
+            f"{tok.decode(out)!r} (first different token: new token {k}, {out[k]} instead of "
+            f"{want[k]}). The loop's own check passes on fake models, so look at the model: "
+            "does my_qwen3_forward of chapter 04 pass its check, is it given the whole "
+            "sequence, and is the greedy path (temperature 0) the plain argmax?"
+        )
+    return f"{cases} prompts of bard, {WRITER_NEW - 4} to {WRITER_NEW} new tokens each"
+
+
+@exercise("ch06.my_writer", "stops right after EOS, and EOS is part of the result")
+def _writer_eos(fn: Callable) -> None:
+    ids, path = _pick_prompts(1)[0]
+    j = int(torch.randint(2, WRITER_NEW - 3, ()))
+    eos = path[j]
+    want = list(path[: path.index(eos) + 1])
+    out = _write(fn, ids, WRITER_NEW, eos_id=eos)
+    if out == want[:-1]:
+        raise CheckFailed(f"with eos_id={eos} my_writer stopped before the EOS token: it is a "
+                          "generated token and belongs to the result")
+    went_on = len(out) > len(want) and out[: len(want)] == want
+    expect(out == want, f"with eos_id={eos}, which the model writes as new token "
+                        f"{len(want) - 1}, my_writer should return {_short(want, 12)}, got "
+                        f"{_short(out, 12)}"
+                        + (": it went on after EOS (does eos_id reach your generate?)"
+                           if went_on else ""))
+
+
+@exercise("ch06.my_writer", "runs your generate and your my_qwen3_forward, once per token")
+def _writer_spy(fn: Callable) -> None:
+    ids, _ = _pick_prompts(1)[0]
+    with spy_calls(fn) as calls:
+        out = _write(fn, ids, 3)
+    expect(calls["generate"] >= 1,
+           "my_writer never called generate, the loop you wrote in this notebook: the capstone "
+           "is your own loop driving your own model")
+    expect(calls["my_qwen3_forward"] >= len(out) > 0,
+           f"my_writer made {calls['my_qwen3_forward']} call(s) of my_qwen3_forward (from your "
+           f"chapter 04 notebook) for {len(out)} new tokens: the logits must come from your "
+           "model, run on the whole sequence at every step, not from the package's")
+
+
+@exercise("ch06.my_writer", "sampling: your sample draws each token, from the top-k, seeded")
+def _writer_sampling(fn: Callable) -> str:
+    _, _, tok, model = _bard()
+    ids, path = _pick_prompts(1)[0]
+    n, t, k = 6, 1.5, 5
+    seeds = [int(s) for s in torch.randint(0, 2**31, (2,))]
+    runs = []
+    for seed in seeds:
+        with spy_calls(fn) as calls:
+            a = _write(fn, ids, n, None, temperature=t, top_k=k, top_p=1.0,
+                       generator=torch.Generator().manual_seed(seed))
+        expect(len(a) == n, f"sampling with max_new_tokens={n} and no EOS should give {n} "
+                            f"tokens, got {len(a)}")
+        expect(calls["sample"] >= n,
+               f"my_writer made {calls['sample']} call(s) of sample (from your chapter 05 "
+               f"notebook) for {n} sampled tokens: with temperature > 0 each token is drawn by "
+               "your sampler")
+        runs.append(a)
+        with torch.inference_mode():
+            logits = model(torch.tensor([list(ids) + a]))[0, len(ids) - 1 : -1]  # [n, V]
+        kth = logits.topk(k, dim=-1).values[:, -1]
+        drawn = logits.gather(-1, torch.tensor(a)[:, None])[:, 0]
+        bad = (drawn < kth - 1e-3).nonzero()
+        if len(bad):
+            i = int(bad[0])
+            raise CheckFailed(f"with top_k={k}, new token {i} ({tok.decode([a[i]])!r}) is not "
+                              f"among the model's {k} most likely tokens at that step: hand "
+                              "temperature, top_k and top_p to your sample")
+    again = _write(fn, ids, n, None, temperature=t, top_k=k, top_p=1.0,
+                   generator=torch.Generator().manual_seed(seeds[0]))
+    expect(again == runs[0], "two runs with generators seeded alike gave different tokens: hand "
+                             "the generator to your sample")
+    greedy = [list(path[:n])] * 2
+    expect(runs != greedy, f"with temperature={t} and top_k={k} every token of two seeded runs "
+                           "was the greedy one: the sampling settings do not reach the draw")
+    return f"2 seeds x {n} tokens at temperature {t}, top-k {k}"
