@@ -265,6 +265,24 @@ def test_an_engine_error_fails_its_request_with_500_and_the_server_goes_on(serve
         del server.llm.runner.run
 
 
+def test_an_unexpected_error_while_queueing_is_a_500_and_the_engine_goes_on(served):
+    server, client, exp = served
+
+    def broken(prompt, params=None):
+        raise RuntimeError("the queue is broken")
+
+    server.llm.add_request = broken
+    try:
+        with pytest.raises(openai.InternalServerError, match="the queue is broken"):
+            client.completions.create(model="tiny", prompt="Hi", max_tokens=2)
+    finally:
+        del server.llm.add_request
+    assert server.engine.is_alive
+    r = client.completions.create(model="tiny", prompt=PROMPTS[5], max_tokens=NEW, temperature=0)
+    assert r.choices[0].text == exp["greedy"][5]
+    settled(server)
+
+
 # --- bad requests: a 400 with an OpenAI-style body, and nothing changes ---------------------
 
 

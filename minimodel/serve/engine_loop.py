@@ -154,9 +154,15 @@ class EngineLoop:
 
     def _run(self) -> None:
         try:
-            while self._handle_inbox(block=not self._routes):
-                if self._routes:
-                    self._step()
+            while True:
+                try:
+                    if not self._handle_inbox(block=not self._routes):
+                        break
+                    if self._routes:
+                        self._step()
+                except Exception as err:  # a fault of this loop must not end the server
+                    log.exception("engine loop failed")
+                    self._fail(list(self._routes), err)
         finally:
             with self._lock:
                 self._closed = True
@@ -189,7 +195,7 @@ class EngineLoop:
              future: asyncio.Future) -> None:
         try:
             rid = self.llm.add_request(prompt, params)
-        except ValueError as err:
+        except Exception as err:  # ValueError: a bad request (400); anything else: 500
             self._resolve(route, future, err)
             return
         self._routes[rid] = route
@@ -239,7 +245,11 @@ class EngineLoop:
         log.exception("engine step failed")
         batch = self.llm.last_batch
         ran = {s.request_id for s in batch.seqs} & self._routes.keys() if batch else set()
-        for rid in ran or list(self._routes):
+        self._fail(list(ran or self._routes), err)
+
+    def _fail(self, request_ids: list[int], err: Exception) -> None:
+        """Abort these requests and tell their handlers: HTTP 500, or an error event."""
+        for rid in request_ids:
             self.llm.abort(rid)
             route = self._routes.pop(rid)
             route.post(Update(route.index, [], None,
