@@ -171,6 +171,14 @@ def test_models_and_health(served):
     assert health["status"] == "ok" and health["model"] == "tiny"
 
 
+def test_one_llm_is_served_by_one_engine_loop_at_a_time(served):
+    server, _, _ = served
+    threads = set(threading.enumerate())
+    with pytest.raises(RuntimeError, match="already served"):
+        Server(server.llm).start()
+    assert set(threading.enumerate()) == threads
+
+
 # --- one engine, many clients ---------------------------------------------------------------
 
 
@@ -414,3 +422,4 @@ def test_python_m_minimodel_serve():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        proc.stdout.close()

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import queue
 import threading
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from minimodel.engine.llm import LLM, RequestOutput
 from minimodel.sampling import SamplingParams
 
 log = logging.getLogger("minimodel.serve")
+_SERVED: weakref.WeakSet[LLM] = weakref.WeakSet()  # LLMs that an engine thread steps now
 
 
 @dataclass
@@ -88,10 +90,15 @@ class EngineLoop:
     # --- life cycle (any thread) -------------------------------------------------------
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="minimodel-engine",
-                                            daemon=True)
-            self._thread.start()
+        """Start the engine thread (once); a RuntimeError if another one steps this LLM."""
+        if self._thread is not None:
+            return
+        if self.llm in _SERVED:
+            raise RuntimeError("This LLM is already served by another engine loop: one thread "
+                               "at a time may step it. Close the other server first.")
+        _SERVED.add(self.llm)
+        self._thread = threading.Thread(target=self._run, name="minimodel-engine", daemon=True)
+        self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
         """Fail every open request with 503, end the thread and wait for it."""
@@ -101,6 +108,7 @@ class EngineLoop:
             self._send(("stop",))
             self._thread.join(timeout)
             self._thread = None
+            _SERVED.discard(self.llm)
 
     def abort(self, request_id: int) -> None:
         """Ask the engine thread to abort a request (thread-safe; a no-op once it finished)."""

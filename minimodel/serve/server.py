@@ -73,6 +73,11 @@ class Server:
         return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 60.0) -> Server:
+        try:  # here, so that an LLM served twice is an error in the caller's thread
+            self.engine.start()
+        except RuntimeError:
+            self._socket.close()
+            raise
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
                                         name="minimodel-http", daemon=True)
         self._thread.start()
