@@ -1,0 +1,531 @@
+"""Chapter 09's checks: every wrong implementation learners write fails, every right one passes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minimodel import kernels
+from minimodel.grading import check
+
+# --- ch09.online_softmax ------------------------------------------------------------------------
+
+
+def softmax_solution(x, block):
+    m = torch.full(x.shape[:-1], float("-inf"))
+    l = torch.zeros(x.shape[:-1])
+    for s in range(0, x.shape[-1], block):
+        xb = x[..., s : s + block]
+        m_new = torch.maximum(m, xb.amax(-1))
+        l = l * torch.exp(m - m_new) + torch.exp(xb - m_new[..., None]).sum(-1)
+        m = m_new
+    return torch.exp(x - m[..., None]) / l[..., None]
+
+
+def softmax_scalar_loop(x, block):
+    """Element by element inside each block, on a flattened view, in float64."""
+    rows = x.double().reshape(-1, x.shape[-1])
+    out = torch.empty_like(rows)
+    for r in range(rows.shape[0]):
+        m, l = -math.inf, 0.0
+        for s in range(0, rows.shape[1], block):
+            for value in rows[r, s : s + block].tolist():
+                if value > m:
+                    l, m = l * math.exp(m - value), value
+                l += math.exp(value - m)
+        out[r] = torch.exp(rows[r] - m) / l
+    return out.reshape(x.shape).to(x.dtype)
+
+
+def softmax_blocks_out(x, block):
+    """Block states (max, sum) first, then combined; the output written block by block."""
+    starts = range(0, x.shape[-1], block)
+    maxes = torch.stack([x[..., s : s + block].amax(-1) for s in starts], -1)
+    sums = torch.stack([torch.exp(x[..., s : s + block] - maxes[..., i : i + 1]).sum(-1)
+                        for i, s in enumerate(starts)], -1)
+    m = maxes.amax(-1, keepdim=True)
+    total = (sums * torch.exp(maxes - m)).sum(-1, keepdim=True)
+    return torch.cat([torch.exp(x[..., s : s + block] - m) / total for s in starts], -1)
+
+
+def _softmax_mutant(rescale=True, carry=True, subtract_max=True, normalise_with="final"):
+    def fn(x, block):
+        m = torch.full(x.shape[:-1], float("-inf"))
+        l = torch.zeros(x.shape[:-1])
+        for s in range(0, x.shape[-1], block):
+            xb = x[..., s : s + block]
+            m_new = torch.maximum(m, xb.amax(-1)) if carry else xb.amax(-1)
+            if not subtract_max:
+                m_new = torch.zeros_like(m_new)
+            alpha = torch.exp(m - m_new) if rescale else torch.ones_like(m)
+            l = l * alpha.nan_to_num(0.0) + torch.exp(xb - m_new[..., None]).sum(-1)
+            m = m_new
+        return torch.exp(x - m[..., None]) / l[..., None]
+
+    return fn
+
+
+def softmax_per_block(x, block):
+    return torch.cat([x[..., s : s + block].softmax(-1) for s in range(0, x.shape[-1], block)],
+                     -1)
+
+
+SOFTMAX_MUTANTS = {
+    "no rescaling of the sum when the max grows": _softmax_mutant(rescale=False),
+    "max not carried across blocks": _softmax_mutant(carry=False),
+    "no max subtracted (overflows)": _softmax_mutant(subtract_max=False),
+    "naive exp / sum": lambda x, block: x.exp() / x.exp().sum(-1, keepdim=True),
+    "each block normalised on its own": softmax_per_block,
+    "softmax over the first dim": lambda x, block: x.softmax(0),
+    "in place": lambda x, block: x.sub_(x.amax(-1, keepdim=True)).exp_().div_(
+        x.sum(-1, keepdim=True)),
+}
+
+
+@pytest.mark.parametrize("fn", [softmax_solution, softmax_scalar_loop, softmax_blocks_out,
+                                kernels.online_softmax])
+def test_online_softmax_correct(fn):
+    assert check("ch09.online_softmax", fn).passed
+
+
+@pytest.mark.parametrize("name", SOFTMAX_MUTANTS)
+def test_online_softmax_mutants(name):
+    assert not check("ch09.online_softmax", SOFTMAX_MUTANTS[name]).passed
+
+
+# --- ch09.flash_attention -------------------------------------------------------------------------
+
+
+def flash_solution(q, k, v, causal, block_q, block_k):
+    T, Hq, D = q.shape
+    S, Hkv, _ = k.shape
+    G = Hq // Hkv
+    o = torch.empty(T, Hq, D)
+    lse = torch.empty(T, Hq)
+    for h in range(Hq):
+        kh, vh = k[:, h // G], v[:, h // G]  # [S, D]
+        for t0 in range(0, T, block_q):
+            qt = q[t0 : t0 + block_q, h]  # [Tq, D]
+            pos = S - T + torch.arange(t0, t0 + qt.shape[0])
+            m = torch.full((qt.shape[0],), float("-inf"))
+            l = torch.zeros(qt.shape[0])
+            acc = torch.zeros(qt.shape[0], D)
+            for s0 in range(0, S, block_k):
+                if causal and s0 > pos[-1]:
+                    break
+                s = qt @ kh[s0 : s0 + block_k].T / math.sqrt(D)
+                if causal:
+                    keys = torch.arange(s0, s0 + s.shape[1])
+                    s = s.masked_fill(keys[None, :] > pos[:, None], float("-inf"))
+                m_new = torch.maximum(m, s.amax(-1))
+                p = torch.exp(s - m_new[:, None])
+                alpha = torch.exp(m - m_new)
+                l = l * alpha + p.sum(-1)
+                acc = acc * alpha[:, None] + p @ vh[s0 : s0 + block_k]
+                m = m_new
+            o[t0 : t0 + block_q, h] = acc / l[:, None]
+            lse[t0 : t0 + block_q, h] = m + torch.log(l)
+    return o, lse
+
+
+def flash_no_skip_grouped(q, k, v, causal, block_q, block_k):
+    """Every tile computed and masked (no skipping); the G heads of a group as extra rows;
+    the output normalised at the end; float64 inside."""
+    T, Hq, D = q.shape
+    S, Hkv, _ = k.shape
+    G = Hq // Hkv
+    qd, kd, vd = q.double(), k.double(), v.double()
+    o = torch.zeros(T, Hq, D, dtype=torch.float64)
+    lse = torch.zeros(T, Hq, dtype=torch.float64)
+    for t0 in range(0, T, block_q):
+        t1 = min(T, t0 + block_q)
+        rows = qd[t0:t1].reshape(t1 - t0, Hkv, G, D).permute(1, 0, 2, 3).reshape(Hkv, -1, D)
+        pos = (S - T + torch.arange(t0, t1)).repeat_interleave(G)
+        m = torch.full(rows.shape[:2], -torch.inf, dtype=torch.float64)
+        l = torch.zeros(rows.shape[:2], dtype=torch.float64)
+        acc = torch.zeros_like(rows)
+        for s0 in range(0, S, block_k):
+            s1 = min(S, s0 + block_k)
+            s = torch.einsum("hrd,shd->hrs", rows, kd[s0:s1]) * D**-0.5
+            if causal:
+                s = s.masked_fill(torch.arange(s0, s1)[None, :] > pos[:, None], -torch.inf)
+            m_new = torch.maximum(m, s.amax(-1))
+            scale_old = torch.where(m_new == -torch.inf, 0.0, torch.exp(m - m_new))
+            p = torch.exp(s - m_new[..., None]).nan_to_num(0.0)
+            l = l * scale_old + p.sum(-1)
+            acc = acc * scale_old[..., None] + torch.einsum("hrs,shd->hrd", p, vd[s0:s1])
+            m = m_new
+        out = (acc / l[..., None]).reshape(Hkv, t1 - t0, G, D).permute(1, 0, 2, 3)
+        o[t0:t1] = out.reshape(t1 - t0, Hq, D)
+        lse[t0:t1] = (m + l.log()).reshape(Hkv, t1 - t0, G).permute(1, 0, 2).reshape(-1, Hq)
+    return o.float(), lse.float()
+
+
+def flash_sdpa(q, k, v, causal, block_q, block_k):
+    """Right numbers, not tiled at all: SDPA with a bottom-right mask, and the lse from the
+    whole score matrix."""
+    T, S = q.shape[0], k.shape[0]
+    mask = torch.ones(T, S, dtype=torch.bool).tril(S - T) if causal else None
+    qh, kh, vh = (t.transpose(0, 1) for t in (q, k, v))
+    o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, enable_gqa=True)
+    scores = qh @ kh.repeat_interleave(q.shape[1] // k.shape[1], 0).transpose(1, 2)
+    scores = scores / math.sqrt(q.shape[-1])
+    if causal:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return o.transpose(0, 1), scores.logsumexp(-1).T
+
+
+def _flash_mutant(rescale=True, carry=True, top_left=False, scale=True, base2=False,
+                  heads="div", subtract_max=True):
+    def fn(q, k, v, causal, block_q, block_k):
+        T, Hq, D = q.shape
+        S, Hkv, _ = k.shape
+        G = Hq // Hkv
+        o = torch.empty(T, Hq, D)
+        lse = torch.empty(T, Hq)
+        for h in range(Hq):
+            kv_head = h // G if heads == "div" else h % Hkv
+            kh, vh = k[:, kv_head], v[:, kv_head]
+            for t0 in range(0, T, block_q):
+                qt = q[t0 : t0 + block_q, h]
+                pos = torch.arange(t0, t0 + qt.shape[0]) + (0 if top_left else S - T)
+                m = torch.full((qt.shape[0],), float("-inf"))
+                l = torch.zeros(qt.shape[0])
+                acc = torch.zeros(qt.shape[0], D)
+                for s0 in range(0, S, block_k):
+                    s = qt @ kh[s0 : s0 + block_k].T / (math.sqrt(D) if scale else 1.0)
+                    if causal:
+                        keys = torch.arange(s0, s0 + s.shape[1])
+                        s = s.masked_fill(keys[None, :] > pos[:, None], float("-inf"))
+                    tile_max = s.amax(-1)
+                    m_new = torch.maximum(m, tile_max) if carry else tile_max
+                    if not subtract_max:
+                        m_new = torch.zeros_like(m_new)
+                    p = torch.exp(s - m_new[:, None]).nan_to_num(0.0)
+                    alpha = torch.exp(m - m_new).nan_to_num(0.0)
+                    l = l * alpha + p.sum(-1)
+                    acc = (acc * alpha[:, None] if rescale else acc) + p @ vh[s0 : s0 + block_k]
+                    m = m_new
+                o[t0 : t0 + block_q, h] = acc / l[:, None]
+                out_lse = m + torch.log(l)
+                lse[t0 : t0 + block_q, h] = out_lse / math.log(2) if base2 else out_lse
+        return o, lse
+
+    return fn
+
+
+def flash_no_causal(q, k, v, causal, block_q, block_k):
+    return flash_solution(q, k, v, False, block_q, block_k)
+
+
+def flash_lse_without_max(q, k, v, causal, block_q, block_k):
+    o, lse = flash_solution(q, k, v, causal, block_q, block_k)
+    scores = torch.einsum("thd,shd->ths", q, k.repeat_interleave(q.shape[1] // k.shape[1], 1))
+    return o, lse - scores.amax(-1) / math.sqrt(q.shape[-1])
+
+
+def flash_lse_log_of_mean(q, k, v, causal, block_q, block_k):
+    o, lse = flash_solution(q, k, v, causal, block_q, block_k)
+    return o, lse - math.log(k.shape[0])
+
+
+FLASH_MUTANTS = {
+    "no rescaling of the accumulator when the max changes": _flash_mutant(rescale=False),
+    "max not carried across tiles": _flash_mutant(carry=False),
+    "top-left causal alignment": _flash_mutant(top_left=True),
+    "missing 1/sqrt(D) scale": _flash_mutant(scale=False),
+    "lse in base 2": _flash_mutant(base2=True),
+    "KV heads in the wrong order (h % Hkv)": _flash_mutant(heads="mod"),
+    "no max subtracted (overflows on large scores)": _flash_mutant(subtract_max=False),
+    "causal ignored": flash_no_causal,
+    "lse without the max": flash_lse_without_max,
+    "lse divided by S": flash_lse_log_of_mean,
+    "not tiled (SDPA and the whole score matrix)": flash_sdpa,
+    "not tiled (the chapter's naive attention)": lambda q, k, v, c, bq, bk: (
+        kernels.naive_attention(q, k, v, c)),
+    "returns only o": lambda q, k, v, c, bq, bk: flash_solution(q, k, v, c, bq, bk)[0],
+    "lse transposed [Hq, T]": lambda q, k, v, c, bq, bk: (
+        flash_solution(q, k, v, c, bq, bk)[0], flash_solution(q, k, v, c, bq, bk)[1].T),
+}
+
+
+def flash_keys_outer(q, k, v, causal, block_q, block_k):
+    """Key tiles in the outer loop, every query tile's running state kept between them."""
+    T, Hq, D = q.shape
+    S, Hkv, _ = k.shape
+    G = Hq // Hkv
+    kh, vh = k.repeat_interleave(G, 1).transpose(0, 1), v.repeat_interleave(G, 1).transpose(0, 1)
+    qh = q.transpose(0, 1) / math.sqrt(D)  # [Hq, T, D]
+    pos = S - T + torch.arange(T)
+    m = torch.full((Hq, T), float("-inf"))
+    l = torch.zeros(Hq, T)
+    acc = torch.zeros(Hq, T, D)
+    for s0 in range(0, S, block_k):
+        keys = torch.arange(s0, min(S, s0 + block_k))
+        for t0 in range(0, T, block_q):
+            rows = slice(t0, t0 + block_q)
+            if causal and s0 > pos[rows][-1]:
+                continue
+            s = qh[:, rows] @ kh[:, s0 : s0 + block_k].transpose(1, 2)
+            if causal:
+                s = s.masked_fill(keys[None, :] > pos[rows][:, None], float("-inf"))
+            m_new = torch.maximum(m[:, rows], s.amax(-1))
+            alpha = torch.exp(m[:, rows] - m_new)
+            p = torch.exp(s - m_new[..., None])
+            l[:, rows] = l[:, rows] * alpha + p.sum(-1)
+            acc[:, rows] = acc[:, rows] * alpha[..., None] + p @ vh[:, s0 : s0 + block_k]
+            m[:, rows] = m_new
+    return (acc / l[..., None]).transpose(0, 1), (m + l.log()).T
+
+
+@pytest.mark.parametrize("fn", [flash_solution, flash_no_skip_grouped, flash_keys_outer,
+                                kernels.flash_attention])
+def test_flash_attention_correct(fn):
+    assert check("ch09.flash_attention", fn).passed
+
+
+@pytest.mark.parametrize("name", FLASH_MUTANTS)
+def test_flash_attention_mutants(name):
+    assert not check("ch09.flash_attention", FLASH_MUTANTS[name]).passed
+
+
+def test_flash_attention_hints():
+    messages = lambda name: " ".join(  # noqa: E731
+        o.message for o in check("ch09.flash_attention", FLASH_MUTANTS[name]).outcomes)
+    assert "top-left" in messages("top-left causal alignment")
+    assert "base 2" in messages("lse in base 2")
+    assert "unscaled" in messages("missing 1/sqrt(D) scale")
+    assert "h // G" in messages("KV heads in the wrong order (h % Hkv)")
+
+
+# --- ch09.merge_states ----------------------------------------------------------------------------
+
+
+def merge_solution(o_a, lse_a, o_b, lse_b):
+    m = torch.maximum(lse_a, lse_b)
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    o = (o_a * w_a[..., None] + o_b * w_b[..., None]) / (w_a + w_b)[..., None]
+    return o, m + torch.log(w_a + w_b)
+
+
+def merge_logaddexp(o_a, lse_a, o_b, lse_b):
+    lse = torch.logaddexp(lse_a.float(), lse_b.float())
+    return (o_a.float() * torch.exp(lse_a - lse)[..., None]
+            + o_b.float() * torch.exp(lse_b - lse)[..., None]), lse
+
+
+def merge_sigmoid(o_a, lse_a, o_b, lse_b):
+    """The weight of a is sigmoid(lse_a - lse_b); the lse through softplus."""
+    w_a = torch.sigmoid((lse_a - lse_b).double())
+    lse = torch.maximum(lse_a, lse_b).double() + F.softplus(-(lse_a - lse_b).abs().double())
+    lse = torch.where(torch.isinf(lse_a) | torch.isinf(lse_b),
+                      torch.maximum(lse_a, lse_b).double(), lse)
+    o = o_a.double() * w_a[..., None] + o_b.double() * (1 - w_a)[..., None]
+    return o.to(o_a.dtype), lse.to(lse_a.dtype)
+
+
+def merge_stack(o_a, lse_a, o_b, lse_b):
+    lse = torch.stack([lse_a, lse_b]).logsumexp(0)
+    w = torch.stack([lse_a, lse_b]).sub(lse).exp()  # [2, T, H]
+    return (torch.stack([o_a.to(w.dtype), o_b.to(w.dtype)]) * w[..., None]).sum(0), lse
+
+
+def merge_naive_exp(o_a, lse_a, o_b, lse_b):
+    e_a, e_b = torch.exp(lse_a), torch.exp(lse_b)
+    return (o_a * e_a[..., None] + o_b * e_b[..., None]) / (e_a + e_b)[..., None], torch.log(
+        e_a + e_b)
+
+
+def merge_base2(o_a, lse_a, o_b, lse_b):
+    m = torch.maximum(lse_a, lse_b)
+    w_a, w_b = torch.exp2(lse_a - m), torch.exp2(lse_b - m)
+    o = (o_a * w_a[..., None] + o_b * w_b[..., None]) / (w_a + w_b)[..., None]
+    return o, m + torch.log2(w_a + w_b)
+
+
+def merge_in_place(o_a, lse_a, o_b, lse_b):
+    m = torch.maximum(lse_a, lse_b)
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    o_a.mul_(w_a[..., None]).add_(o_b * w_b[..., None]).div_((w_a + w_b)[..., None])
+    return o_a, m + torch.log(w_a + w_b)
+
+
+MERGE_MUTANTS = {
+    "without subtracting the max (overflows)": merge_naive_exp,
+    "lse in base 2": merge_base2,
+    "plain average": lambda o_a, l_a, o_b, l_b: ((o_a + o_b) / 2, torch.logaddexp(l_a, l_b)),
+    "lse = max": lambda o_a, l_a, o_b, l_b: (merge_solution(o_a, l_a, o_b, l_b)[0],
+                                             torch.maximum(l_a, l_b)),
+    "lse = sum": lambda o_a, l_a, o_b, l_b: (merge_solution(o_a, l_a, o_b, l_b)[0], l_a + l_b),
+    "weights swapped": lambda o_a, l_a, o_b, l_b: merge_solution(o_b, l_a, o_a, l_b),
+    "weights not normalised": lambda o_a, l_a, o_b, l_b: (
+        o_a * torch.exp(l_a - torch.maximum(l_a, l_b))[..., None]
+        + o_b * torch.exp(l_b - torch.maximum(l_a, l_b))[..., None],
+        torch.logaddexp(l_a, l_b)),
+    "the larger side wins outright": lambda o_a, l_a, o_b, l_b: (
+        torch.where((l_a >= l_b)[..., None], o_a, o_b), torch.maximum(l_a, l_b)),
+    "modifies o_a in place": merge_in_place,
+}
+
+
+@pytest.mark.parametrize("fn", [merge_solution, merge_logaddexp, merge_sigmoid, merge_stack,
+                                kernels.merge_states])
+def test_merge_states_correct(fn):
+    assert check("ch09.merge_states", fn).passed
+
+
+@pytest.mark.parametrize("name", MERGE_MUTANTS)
+def test_merge_states_mutants(name):
+    assert not check("ch09.merge_states", MERGE_MUTANTS[name]).passed
+
+
+# --- ch09.paged_split_kv_decode ------------------------------------------------------------------
+#
+# The learner's version composes their own flash_attention and merge_states (the check spies on
+# merge_states), so these are written the same way: module-level functions named merge_states
+# and flash_attention, as in the notebook.
+
+
+
+def flash_attention(q, k, v, causal, block_q, block_k):
+    return flash_solution(q, k, v, causal, block_q, block_k)
+
+
+def merge_states(o_a, lse_a, o_b, lse_b):
+    return merge_solution(o_a, lse_a, o_b, lse_b)
+
+
+def paged_solution(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, pages_per_chunk):
+    S = kv_pool.shape[2]
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:2])
+    for b in range(q.shape[0]):
+        pages = kv_indices[kv_indptr[b] : kv_indptr[b + 1]].long()
+        kv_len = (len(pages) - 1) * S + int(kv_last_page_len[b])
+        state = None
+        for c in range(0, len(pages), pages_per_chunk):
+            kv = kv_pool[pages[c : c + pages_per_chunk]]  # [p, 2, S, Hkv, D]
+            n = min(kv.shape[0] * S, kv_len - c * S)
+            k, v = kv[:, 0].flatten(0, 1)[:n], kv[:, 1].flatten(0, 1)[:n]
+            part = flash_attention(q[b : b + 1], k, v, False, 1, n)
+            state = part if state is None else merge_states(*state, *part)
+        o[b], lse[b] = state[0][0], state[1][0]
+    return o, lse
+
+
+def paged_token_positions(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, pages_per_chunk):
+    """Every chunk's slots listed token by token; states gathered, then merged left to right."""
+    S = kv_pool.shape[2]
+    flat = kv_pool.transpose(1, 2).flatten(0, 1)  # [P * S, 2, Hkv, D]: slot-major
+    outs, lses = [], []
+    for b in range(q.shape[0]):
+        pages = kv_indices[kv_indptr[b] : kv_indptr[b + 1]].tolist()
+        kv_len = (len(pages) - 1) * S + int(kv_last_page_len[b])
+        slots = [pages[t // S] * S + t % S for t in range(kv_len)]
+        step = pages_per_chunk * S
+        parts = [flash_attention(q[b : b + 1], flat[slots[c : c + step], 0],
+                                 flat[slots[c : c + step], 1], True, 1, 3)
+                 for c in range(0, kv_len, step)]
+        o_b, lse_b = parts[0]
+        for part in parts[1:]:
+            o_b, lse_b = merge_states(o_b, lse_b, *part)
+        outs.append(o_b[0])
+        lses.append(lse_b[0])
+    return torch.stack(outs).to(q.dtype), torch.stack(lses)
+
+
+def paged_kernels(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, pages_per_chunk):
+    """The package's own, with merges through this module's merge_states."""
+    from minimodel.kernels import paged
+
+    original = paged.merge_states
+    paged.merge_states = lambda *a: merge_states(*a)
+    try:
+        return kernels.paged_split_kv_decode(q, kv_pool, kv_indptr, kv_indices,
+                                             kv_last_page_len, pages_per_chunk)
+    finally:
+        paged.merge_states = original
+
+
+def _paged_mutant(trim=True, offsets=True, merge="merge", stride=None, scale=True, base2=False,
+                  page_dim=2):
+    def fn(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, pages_per_chunk):
+        S = kv_pool.shape[page_dim]
+        o, lse = torch.empty_like(q), torch.empty(q.shape[:2])
+        for b in range(q.shape[0]):
+            first = int(kv_indptr[b]) if offsets else 0
+            count = int(kv_indptr[b + 1] - kv_indptr[b])
+            pages = kv_indices[first : first + count].long()
+            kv_len = (len(pages) - 1) * S + int(kv_last_page_len[b]) if trim else len(pages) * S
+            state, parts = None, []
+            for c in range(0, len(pages), stride or pages_per_chunk):
+                kv = kv_pool[pages[c : c + pages_per_chunk]]
+                n = min(kv.shape[0] * kv_pool.shape[2], kv_len - c * S)
+                k, v = kv[:, 0].flatten(0, 1)[:n], kv[:, 1].flatten(0, 1)[:n]
+                if not scale:
+                    k = k * math.sqrt(q.shape[-1])
+                part = flash_attention(q[b : b + 1], k, v, False, 1, max(n, 1))
+                parts.append(part)
+                if merge == "merge":
+                    state = part if state is None else merge_states(*state, *part)
+            if merge == "last":
+                state = parts[-1]
+            if merge == "average":
+                state = (sum(p[0] for p in parts) / len(parts), parts[-1][1])
+            o[b], lse[b] = state[0][0], state[1][0] / (math.log(2) if base2 else 1.0)
+        return o, lse
+
+    return fn
+
+
+def paged_all_at_once(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, pages_per_chunk):
+    """Right numbers, but no split: the whole context in one pass, no merge."""
+    return paged_solution(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, 10**6)
+
+
+def paged_package_merge(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, pages_per_chunk):
+    """Right numbers, merged with the package's merge_states instead of the learner's own."""
+    return kernels.paged_split_kv_decode(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len,
+                                         pages_per_chunk)
+
+
+PAGED_MUTANTS = {
+    "last page read in full": _paged_mutant(trim=False),
+    "kv_indptr offsets ignored": _paged_mutant(offsets=False),
+    "only the last chunk": _paged_mutant(merge="last"),
+    "chunk outputs averaged": _paged_mutant(merge="average"),
+    "chunks overlap (stride of one page)": _paged_mutant(stride=1),
+    "missing scale": _paged_mutant(scale=False),
+    "lse in base 2": _paged_mutant(base2=True),
+    "page size read from the K/V dim": _paged_mutant(page_dim=1),
+    "not split (no merge)": paged_all_at_once,
+    "the package's merge_states": paged_package_merge,
+}
+
+
+@pytest.mark.parametrize("fn", [paged_solution, paged_token_positions, paged_kernels])
+def test_paged_split_kv_decode_correct(fn):
+    assert check("ch09.paged_split_kv_decode", fn).passed
+
+
+@pytest.mark.parametrize("name", PAGED_MUTANTS)
+def test_paged_split_kv_decode_mutants(name):
+    assert not check("ch09.paged_split_kv_decode", PAGED_MUTANTS[name]).passed
+
+
+def test_paged_hints():
+    result = check("ch09.paged_split_kv_decode", PAGED_MUTANTS["last page read in full"])
+    assert any("kv_last_page_len" in o.message for o in result.outcomes)
+    result = check("ch09.paged_split_kv_decode", PAGED_MUTANTS["not split (no merge)"])
+    assert any("merge_states" in o.message for o in result.outcomes)
+
+
+def test_stubs_report_not_implemented():
+    def stub(*args):
+        raise NotImplementedError("your code here")
+
+    for name in ("online_softmax", "flash_attention", "merge_states", "paged_split_kv_decode"):
+        result = check(f"ch09.{name}", stub)
+        assert not result.implemented and not result.passed
