@@ -3,6 +3,7 @@
     python -m minimodel bench                       # CPU: float32 and bfloat16, workloads A, B, C
     python -m minimodel.bench ...                   # the same, without the CLI wrapper
     python -m minimodel bench --device cuda         # + FlashInfer vs torch, CUDA graphs, nano-vllm
+    python -m minimodel bench --card                # the benchmark card only (a minute on CPU)
 
 Workloads (same model, same requests, same dtype and threads for every system):
   A  throughput: 16 requests, prompt lengths uniform in [32, 256], output lengths uniform in
@@ -14,6 +15,13 @@ Workloads (same model, same requests, same dtype and threads for every system):
   N  (CUDA only) nano-vllm's workload: 256 requests, input and output lengths uniform in
      [100, 1024], temperature 0.6, ignore EOS.
 Prints a table, writes JSON (--out) and a PNG plot next to it.
+
+The card (--card) first measures what the hardware allows, then what the engine reaches: the
+model's parameters, weight bytes and KV bytes per token; the memory bandwidth and matmul FLOP/s
+measured here (minimodel.kernels.roofline); the batch-1 decode ceiling, bandwidth / bytes read
+per token (every weight once, plus the KV cache of the context); the engine's measured decode
+tokens/s and its fraction of that ceiling (memory-bandwidth utilisation); its prefill FLOP/s and
+their fraction of the measured matmul peak. Its last line is the card as JSON.
 """
 
 from __future__ import annotations
@@ -244,6 +252,119 @@ def reference_runs(args: argparse.Namespace, dtype: torch.dtype,
     return out
 
 
+# --- the card --------------------------------------------------------------------------------
+
+
+def card_workload(args: argparse.Namespace) -> dict[str, int]:
+    """Prompt and output lengths of the card's decode and prefill runs (longer on a GPU)."""
+    cuda = args.device == "cuda"
+    return {
+        "decode_prompt": args.card_prompt,
+        "decode_tokens": args.card_decode_tokens or (256 if cuda else 32),
+        "prefill_tokens": args.card_prefill_tokens or (2048 if cuda else 256),
+    }
+
+
+def bench_card(args: argparse.Namespace, dtype: torch.dtype, vocab: int) -> dict[str, Any]:
+    """The card of one dtype: what the hardware allows for this model, then what the engine
+    reached (see the module docstring)."""
+    from minimodel.config import Qwen3Config
+    from minimodel.engine import LLM
+    from minimodel.hub import resolve_model
+    from minimodel.kernels import roofline
+    from minimodel.sampling import SamplingParams
+
+    cfg = Qwen3Config.from_pretrained(resolve_model(args.model))
+    work = card_workload(args)
+    cuda = args.device == "cuda"
+    nbytes = (1024 if cuda else 512) * 2**20
+    matmul_n = 4096 if cuda else 1024
+    # best of 10: on a shared machine, other programs only ever make a run slower
+    bandwidth = roofline.measure_bandwidth(nbytes, args.device, repeats=10)
+    peak = roofline.measure_matmul_flops(matmul_n, dtype, args.device, repeats=10)
+    params = cfg.num_parameters()
+    context = work["decode_prompt"] + work["decode_tokens"] // 2  # mean context while decoding
+    _, bytes_per_token = roofline.step_cost(cfg, 1, context, 1, dtype)
+    ceiling = bandwidth / bytes_per_token
+
+    longest = max(work["prefill_tokens"], work["decode_prompt"] + work["decode_tokens"])
+    llm = LLM(args.model, device=args.device, dtype=dtype, page_size=args.page_size,
+              num_pages=-(-longest // args.page_size) + 8, skip_tokenizer_init=True,
+              max_num_batched_tokens=max(4096, work["prefill_tokens"]))
+
+    def greedy(n: int) -> SamplingParams:
+        return SamplingParams(temperature=0.0, max_new_tokens=n, ignore_eos=True)
+
+    llm.generate([[1, 2, 3, 4]], greedy(4))  # warm-up
+    decode_req = make_requests(1, (work["decode_prompt"],) * 2, (work["decode_tokens"],) * 2,
+                               seed=3, vocab=vocab)[0]
+    decode = max((m.generated_tokens - 1) / (m.e2e_s - m.ttft_s) for m in (
+        llm.generate([decode_req.prompt], greedy(decode_req.max_new_tokens))[0].metrics
+        for _ in range(args.repeats)))
+    prefill_req = make_requests(1, (work["prefill_tokens"],) * 2, (1, 1), seed=4, vocab=vocab)[0]
+    ttft = min(llm.generate([prefill_req.prompt], greedy(1))[0].metrics.ttft_s
+               for _ in range(args.repeats))
+    prefill_flops, _ = roofline.step_cost(cfg, work["prefill_tokens"], work["prefill_tokens"],
+                                          1, dtype)
+    backend = llm.backend_name
+    llm.close()
+    free_memory()
+    return {
+        "model": args.model, "dtype": str(dtype).removeprefix("torch."), "device": args.device,
+        "backend": backend, "parameters": params, "weight_bytes": params * dtype.itemsize,
+        "kv_bytes_per_token": cfg.kv_bytes_per_token(dtype),
+        "bandwidth_bytes_per_s": bandwidth, "bandwidth_probe_bytes": nbytes,
+        "matmul_flops_per_s": peak, "matmul_n": matmul_n,
+        "decode_context_tokens": context, "decode_bytes_per_token": bytes_per_token,
+        "decode_ceiling_tok_per_s": ceiling, **work,
+        "decode_tok_per_s": decode, "bandwidth_utilisation": decode / ceiling,
+        "prefill_s": ttft, "prefill_flops": prefill_flops,
+        "prefill_flops_per_s": prefill_flops / ttft,
+        "prefill_fraction_of_matmul_peak": prefill_flops / ttft / peak,
+    }
+
+
+def format_card(c: dict[str, Any], machine_info: dict[str, Any]) -> str:
+    """The card as text: what the hardware allows, then what was reached."""
+    flags = "/".join(machine_info.get("cpu_flags", [])) or "no AVX2"
+    where = machine_info.get("gpu") if c["device"] == "cuda" else (
+        f"{machine_info['cpu']} with {flags}, {machine_info['torch_threads']} threads")
+    return "\n".join([
+        f"== minimodel bench card: {c['model']}, {c['dtype']}, {c['device']} ({where}), "
+        f"{c['backend']} attention ==",
+        f"model      {c['parameters'] / 1e6:.1f} M parameters = {c['weight_bytes'] / 1e9:.3f} GB "
+        f"of weights; KV cache {c['kv_bytes_per_token'] / 1024:.1f} KiB per token",
+        f"hardware   memory bandwidth {c['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s (measured: sum "
+        f"over {c['bandwidth_probe_bytes'] / 2**20:.0f} MiB); matmul "
+        f"{c['matmul_flops_per_s'] / 1e9:.1f} GFLOP/s (measured: {c['matmul_n']}^3, "
+        f"{c['dtype']})",
+        f"ceiling    batch-1 decode reads {c['decode_bytes_per_token'] / 1e9:.3f} GB per token "
+        f"(every weight once + the KV of {c['decode_context_tokens']} tokens): at most "
+        f"{c['decode_ceiling_tok_per_s']:.2f} tok/s",
+        f"decode     {c['decode_tok_per_s']:.2f} tok/s measured (prompt {c['decode_prompt']}, "
+        f"{c['decode_tokens']} new tokens) = {c['bandwidth_utilisation']:.0%} of the ceiling "
+        "(memory-bandwidth utilisation)",
+        f"prefill    {c['prefill_tokens']} tokens in {c['prefill_s']:.3f} s = "
+        f"{c['prefill_flops_per_s'] / 1e9:.1f} GFLOP/s = "
+        f"{c['prefill_fraction_of_matmul_peak']:.0%} of the measured matmul peak",
+    ])
+
+
+def run_card(args: argparse.Namespace, dtypes: list[str], vocab: int, command: str) -> int:
+    """Print one card per dtype, write them to --out, and end with one line of JSON."""
+    info = machine()
+    cards = {}
+    for name in dtypes:
+        cards[name] = bench_card(args, getattr(torch, name), vocab)
+        print(format_card(cards[name], info), flush=True)
+    report = {"machine": info, "command": command, "cards": cards}
+    out = Path(args.out or "build/bench-card.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(report))
+    return 0
+
+
 # --- one run -------------------------------------------------------------------------------
 
 
@@ -332,6 +453,10 @@ def machine() -> dict[str, Any]:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 info["cpu"] = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):  # the vector units that decide float32 vs bfloat16
+                flags = set(line.split(":", 1)[1].split())
+                info["cpu_flags"] = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+                                     if f in flags]
                 break
     except OSError:
         pass
@@ -432,7 +557,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "bfloat16 on CUDA)")
     p.add_argument("--workloads", default="A,B,C", help="comma-separated from A,B,C (and N on "
                    "CUDA, added by default there)")
-    p.add_argument("--out", default="build/bench.json", help="JSON path; the PNG goes next to it")
+    p.add_argument("--out", default=None, help="JSON path (default build/bench.json, with --card "
+                   "build/bench-card.json); the PNG goes next to it")
     p.add_argument("--systems", default="engine,transformers,reference",
                    help="which systems to run (to rerun one of them)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
@@ -444,6 +570,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=2,
                    help="runs of B and of the engine's C; the best is kept (shared machines "
                         "are noisy). A and the no-cache loop run once")
+    p.add_argument("--card", action="store_true",
+                   help="only the benchmark card: measured bandwidth and matmul peak, the batch-1 "
+                        "decode ceiling, and what the engine reaches against both")
+    p.add_argument("--card-prompt", type=int, default=128, help="card: decode prompt length")
+    p.add_argument("--card-decode-tokens", type=int, default=None,
+                   help="card: new tokens of the decode run (default 32 on CPU, 256 on CUDA)")
+    p.add_argument("--card-prefill-tokens", type=int, default=None,
+                   help="card: prompt length of the prefill run (default 256 on CPU, 2048 on "
+                        "CUDA)")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
@@ -464,10 +599,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and args.workloads == "A,B,C":
         workloads.add("N")
     vocab = min(PROMPT_VOCAB, Qwen3Config.from_pretrained(resolve_model(args.model)).vocab_size)
-    results: dict[str, Any] = {}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     command = "python -m minimodel bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.card:
+        return run_card(args, dtypes.split(","), vocab, command)
+    results: dict[str, Any] = {}
+    out = Path(args.out or "build/bench.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine(), "command": command, "results": results}
     for dtype_name in dtypes.split(","):
         res = run_dtype(args, dtype_name, workloads, vocab)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import torch
 from checkpoints import CONFIGS
 
 from minimodel import bench
@@ -32,3 +34,35 @@ def test_bench_runs_and_writes_json_and_plot(small_checkpoint, tmp_path, capsys)
     assert out.with_suffix(".png").stat().st_size > 1000
     printed = capsys.readouterr().out
     assert "A throughput" in printed and "instead of 256" in printed
+
+
+def test_bench_card_measures_the_ceiling_and_ends_with_json(small_checkpoint, tmp_path, capsys):
+    from minimodel.config import Qwen3Config
+    from minimodel.kernels.roofline import step_cost
+
+    folder = small_checkpoint(**CONFIGS["gqa2-tied-hd!=C"], max_position_embeddings=512)
+    out = tmp_path / "card.json"
+    assert bench.main(["--card", "--model", str(folder), "--dtype", "float32",
+                       "--card-decode-tokens", "6", "--card-prefill-tokens", "24",
+                       "--card-prompt", "10", "--repeats", "1", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    report = json.loads(lines[-1])  # the last line is the card as JSON
+    assert report == json.loads(out.read_text())
+    card = report["cards"]["float32"]
+    cfg = Qwen3Config.from_pretrained(folder)
+    assert card["parameters"] == cfg.num_parameters()
+    assert card["weight_bytes"] == 4 * cfg.num_parameters()
+    assert card["kv_bytes_per_token"] == cfg.kv_bytes_per_token(torch.float32)
+    assert card["decode_context_tokens"] == 10 + 6 // 2
+    assert card["decode_bytes_per_token"] == step_cost(cfg, 1, 13, 1, torch.float32)[1]
+    assert card["decode_ceiling_tok_per_s"] == pytest.approx(
+        card["bandwidth_bytes_per_s"] / card["decode_bytes_per_token"])
+    assert card["bandwidth_utilisation"] == pytest.approx(
+        card["decode_tok_per_s"] / card["decode_ceiling_tok_per_s"])
+    assert card["prefill_flops"] == step_cost(cfg, 24, 24, 1, torch.float32)[0]
+    assert card["prefill_fraction_of_matmul_peak"] == pytest.approx(
+        card["prefill_flops_per_s"] / card["matmul_flops_per_s"])
+    assert all(card[k] > 0 for k in ("bandwidth_bytes_per_s", "matmul_flops_per_s",
+                                      "decode_tok_per_s", "prefill_flops_per_s"))
+    text = "\n".join(lines[:-1])
+    assert "ceiling" in text and "memory-bandwidth utilisation" in text and "matmul peak" in text
