@@ -90,8 +90,10 @@ def test_exercise_notebook_clears_outputs():
                      "outputs": [{"output_type": "stream", "text": "hi"}],
                      "execution_count": 3, "metadata": {}}],
           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    nb["cells"][0]["metadata"]["execution"] = {"iopub.execute_input": "2026-12-01T14:07:28Z"}
     out = exercise_notebook(nb)
     assert out["cells"][0]["outputs"] == [] and out["cells"][0]["execution_count"] is None
+    assert out["cells"][0]["metadata"] == {}  # re-running a solution leaves its exercise as is
     assert nb["cells"][0]["outputs"]  # the solution is left untouched
 
 

@@ -37,6 +37,7 @@ def exercise_notebook(solution: dict) -> dict:
         cell["source"] = strip_solution(source)
         cell["outputs"] = []
         cell["execution_count"] = None
+        cell.get("metadata", {}).pop("execution", None)  # timestamps of the solution's last run
     return nb
 
 
