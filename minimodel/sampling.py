@@ -1,15 +1,21 @@
 """Turning logits into tokens: SamplingParams and one batched sampler for every request.
 
 Order of operations, per request: temperature -> top-k -> top-p -> draw. temperature=0 is
-greedy. Each request may carry its own parameters and seed; a seeded request draws from its own
-generator, so it gets the same tokens alone or inside any batch.
+greedy, and so is any temperature below GREEDY_BELOW (dividing logits by 1e-38 overflows to
+inf, and softmax of inf is NaN: such a temperature means "the most likely token"). Each
+request may carry its own parameters and seed; a seeded request draws from its own generator,
+so it gets the same tokens alone or inside any batch.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+GREEDY_BELOW = 1e-5  # temperatures under this are greedy (the same threshold as vLLM's)
+INT64_MAX = 2**63 - 1  # integer fields must fit the int64 tensors and generators they reach
 
 
 @dataclass
@@ -38,17 +44,25 @@ class SamplingParams:
         def bad(field: str, value: object, rule: str) -> ValueError:
             return ValueError(f"SamplingParams.{field} must be {rule}, got {value!r}.")
 
-        if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
-            raise bad("temperature", self.temperature, "a number >= 0 (0 means greedy)")
-        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
-            raise bad("top_k", self.top_k, "an integer >= 0 (0 means no top-k)")
-        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
+        def integer(value: object) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        def number(value: object) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+        if not number(self.temperature) or not 0 <= self.temperature < math.inf:
+            raise bad("temperature", self.temperature, "a finite number >= 0 (0 means greedy)")
+        if not integer(self.top_k) or not 0 <= self.top_k <= INT64_MAX:
+            raise bad("top_k", self.top_k, "an integer from 0 to 2**63 - 1 (0 means no top-k)")
+        if not number(self.top_p) or not 0.0 < self.top_p <= 1.0:
             raise bad("top_p", self.top_p, "in (0, 1] (1.0 means no top-p)")
-        if (not isinstance(self.max_new_tokens, int) or isinstance(self.max_new_tokens, bool)
-                or self.max_new_tokens < 0):
-            raise bad("max_new_tokens", self.max_new_tokens, "an integer >= 0")
-        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
-            raise bad("seed", self.seed, "None or an integer >= 0")
+        if not integer(self.max_new_tokens) or not 0 <= self.max_new_tokens <= INT64_MAX:
+            raise bad("max_new_tokens", self.max_new_tokens, "an integer from 0 to 2**63 - 1")
+        if self.seed is not None and (not integer(self.seed) or not 0 <= self.seed <= INT64_MAX):
+            raise bad("seed", self.seed, "None or an integer from 0 to 2**63 - 1")
+        for name in ("ignore_eos", "logprobs"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, getattr(self, name), "True or False")
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         if self.stop is not None and (
@@ -58,7 +72,8 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        """The argmax: temperature 0, or one so small that logits / T would overflow."""
+        return self.temperature < GREEDY_BELOW
 
 
 def top_k_filter(logits: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -123,7 +138,7 @@ class Sampler:
             sub = logits[rows] / torch.tensor(
                 [params[i].temperature for i in sampled], device=logits.device
             )[:, None]
-            top_k = [params[i].top_k for i in sampled]
+            top_k = [min(params[i].top_k, logits.shape[-1]) for i in sampled]  # k > V is V
             top_p = [params[i].top_p for i in sampled]
             # Both filters sort the whole vocabulary: skip them when no row asks for them.
             if any(k > 0 for k in top_k):

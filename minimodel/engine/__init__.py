@@ -20,7 +20,7 @@ from minimodel.engine.attention import (
     build_metadata,
 )
 from minimodel.engine.kv_cache import KVCache, PageAllocator
-from minimodel.engine.llm import LLM, RequestMetrics, RequestOutput
+from minimodel.engine.llm import LLM, RequestMetrics, RequestOutput, StepError
 from minimodel.engine.model import Qwen3ForCausalLM
 from minimodel.engine.scheduler import ScheduledBatch, Scheduler
 from minimodel.engine.sequence import Sequence
@@ -37,6 +37,7 @@ __all__ = [
     "ScheduledBatch",
     "Scheduler",
     "Sequence",
+    "StepError",
     "TorchBackend",
     "backend_report",
     "build_metadata",

@@ -9,6 +9,7 @@ The engine loop is `step()`: schedule -> run -> postprocess -> collect finished.
 from __future__ import annotations
 
 import json
+import operator
 import os
 from collections.abc import Iterator
 from collections.abc import Sequence as SequenceABC
@@ -62,14 +63,32 @@ class RequestOutput:
     metrics: RequestMetrics
 
 
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 def _resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype:
+    """The engine computes in a floating-point dtype: float32, bfloat16 or float16."""
     if dtype is None:
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if isinstance(dtype, str):
-        if not isinstance(getattr(torch, dtype, None), torch.dtype):
-            raise ValueError(f"Unknown dtype {dtype!r}; use 'float32', 'bfloat16' or 'float16'.")
-        dtype = getattr(torch, dtype)
-    return dtype
+    if isinstance(dtype, str) and dtype.removeprefix("torch.") in _DTYPES:
+        return _DTYPES[dtype.removeprefix("torch.")]
+    if dtype in _DTYPES.values():
+        return dtype  # type: ignore[return-value]
+    raise ValueError(f"dtype {dtype!r} is not one the engine computes in; use 'float32', "
+                     "'bfloat16' or 'float16' (or the torch dtypes).")
+
+
+def _max_model_len(asked: object, cfg: Qwen3Config) -> int:
+    """The context limit: the config's, or a smaller one asked for."""
+    most = cfg.max_position_embeddings
+    if asked is None:
+        return most
+    if not isinstance(asked, int) or isinstance(asked, bool) or asked < 1:
+        raise ValueError(f"max_model_len must be None or an integer >= 1, got {asked!r}.")
+    if asked > most:
+        raise ValueError(f"max_model_len={asked} is longer than the model's context "
+                         f"(max_position_embeddings={most} in config.json); use at most {most}.")
+    return asked
 
 
 def _eos_token_ids(folder: Path, cfg: Qwen3Config) -> set[int]:
@@ -77,10 +96,59 @@ def _eos_token_ids(folder: Path, cfg: Qwen3Config) -> set[int]:
     eos = cfg.eos_token_id
     file = folder / "generation_config.json"
     if file.is_file():
-        eos = json.loads(file.read_text(encoding="utf-8")).get("eos_token_id", eos)
-    if eos is None:
-        return set()
-    return {eos} if isinstance(eos, int) else set(eos)
+        try:
+            raw = json.loads(file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{file} is not valid JSON ({err}); fix or delete it (the EOS ids "
+                             "then come from config.json).") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{file} must hold a JSON object, got {type(raw).__name__}; fix or "
+                             "delete it.")
+        eos = raw.get("eos_token_id", eos)
+    ids = [] if eos is None else [eos] if isinstance(eos, int) else eos
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                            for i in ids):
+        raise ValueError(f"eos_token_id must be an integer, a list of integers or null, got "
+                         f"{eos!r} (in {file if file.is_file() else folder / 'config.json'}).")
+    return set(ids)
+
+
+def _is_token(value: object) -> bool:
+    """An integer that can be a token id: int, numpy.int64, a 0-d integer tensor; not a bool."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _token_ids(prompt: object) -> list[int] | None:
+    """A token-id prompt as a list of ints (numpy and torch integers too); None if it is not
+    a sequence of integers at all. A ValueError names the first element that is no token id."""
+    if isinstance(prompt, torch.Tensor) or type(prompt).__module__ == "numpy":
+        if getattr(prompt, "ndim", None) != 1:
+            return None
+        prompt = prompt.tolist()  # type: ignore[union-attr]
+    if not isinstance(prompt, (list, tuple)):
+        return None
+    for i, token in enumerate(prompt):
+        if not _is_token(token):
+            raise ValueError(f"prompt[{i}] is {token!r} ({type(token).__name__}): a token-id "
+                             "prompt holds integers only.")
+    return [operator.index(token) for token in prompt]
+
+
+class StepError(RuntimeError):
+    """A step failed. Its requests (`request_ids`) were aborted, their pages freed; every
+    other request and the engine itself go on."""
+
+    def __init__(self, message: str, request_ids: list[int]) -> None:
+        super().__init__(message)
+        self.request_ids = request_ids
 
 
 class LLM:
@@ -130,8 +198,7 @@ class LLM:
         self.dtype = _resolve_dtype(dtype, self.device)
         self.tensor_parallel_size = tp = parallel.check_size(tensor_parallel_size, self.cfg,
                                                              self.device)
-        self.max_model_len = min(max_model_len or self.cfg.max_position_embeddings,
-                                 self.cfg.max_position_embeddings)
+        self.max_model_len = _max_model_len(max_model_len, self.cfg)
         self.backend_name, self.backend_reason = select_backend(
             attention_backend, self.device, self.dtype, self.cfg.head_dim
         )
@@ -226,13 +293,12 @@ class LLM:
         params.validate()
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt)
-        elif isinstance(prompt, (list, tuple)) and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompt
-        ):
-            ids = list(prompt)
+        elif (token_ids := _token_ids(prompt)) is not None:
+            ids = token_ids
         else:
             raise ValueError(
-                f"A prompt must be a str or a list of int token ids, got {type(prompt).__name__}."
+                f"A prompt must be a str or a list of int token ids, got {prompt!r:.80} "
+                f"({type(prompt).__name__})."
             )
         if not ids:
             raise ValueError("The prompt is empty: give at least one token.")
@@ -295,14 +361,31 @@ class LLM:
     # --- the engine loop -------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Run one step; return the requests that finished (in any earlier step too)."""
-        batch = self.scheduler.schedule()
-        self.last_batch = batch
-        if batch is not None:
-            tokens, logprobs = self.runner.run(batch)
-            self.scheduler.postprocess(batch, tokens, logprobs)
-        elif self.scheduler.has_unfinished():
-            raise RuntimeError(f"The scheduler cannot make progress: {self.scheduler.waiting}")
+        """Run one step; return the requests that finished (in any earlier step too).
+
+        If the step fails (the model, the sampler, the scheduler raised), the requests it ran
+        are aborted, so that the next step runs without them, and StepError says which; if it
+        failed before it had a batch, every unfinished request is. Nothing half-done stays.
+        """
+        batch = None
+        try:
+            batch = self.scheduler.schedule()
+            self.last_batch = batch
+            if batch is not None:
+                tokens, logprobs = self.runner.run(batch)
+                self.scheduler.postprocess(batch, tokens, logprobs)
+            elif self.scheduler.has_unfinished():
+                raise RuntimeError(f"The scheduler cannot make progress: "
+                                   f"{self.scheduler.waiting}")
+        except BaseException as err:  # Ctrl-C too: a half-run step must not stay behind
+            failed = ([s.request_id for s in batch.seqs] if batch is not None
+                      else [rid for rid, s in self._active.items() if not s.is_finished])
+            for rid in failed:
+                self.abort(rid)
+            if not isinstance(err, Exception):
+                raise
+            raise StepError(f"The step failed ({type(err).__name__}: {err}); its requests "
+                            f"{failed} were aborted.", failed) from err
         return self._collect_finished()
 
     def _collect_finished(self) -> list[RequestOutput]:
@@ -351,10 +434,14 @@ class LLM:
         params: one SamplingParams for all, or one per prompt. Every request is checked before
         any is queued. use_tqdm: a progress bar (default: for 16 prompts or more).
         """
-        if isinstance(prompts, str) or (
-            isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
+        array = isinstance(prompts, torch.Tensor) or type(prompts).__module__ == "numpy"
+        if isinstance(prompts, str) or (array and getattr(prompts, "ndim", 0) == 1) or (
+            isinstance(prompts, (list, tuple)) and prompts and _is_token(prompts[0])
         ):
             prompts = [prompts]  # one prompt
+        elif not (array or isinstance(prompts, SequenceABC)):
+            raise ValueError(f"prompts must be a str, a list of token ids, or a list of those; "
+                             f"got {prompts!r:.80} ({type(prompts).__name__}).")
         prompts = list(prompts)
         params = params if params is not None else SamplingParams()
         if isinstance(params, SamplingParams):
@@ -370,16 +457,20 @@ class LLM:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(prompts), desc="generate", unit="req")
-        while len(results) < len(ids):
-            for out in self.step():
-                if out.request_id in wanted:
-                    results[out.request_id] = out
-                    if bar is not None:
-                        bar.update(1)
-                else:
-                    self._unclaimed.append(out)
-        if bar is not None:
-            bar.close()
+        try:
+            while len(results) < len(ids):
+                for out in self.step():
+                    if out.request_id in wanted:
+                        results[out.request_id] = out
+                        if bar is not None:
+                            bar.update(1)
+                    else:
+                        self._unclaimed.append(out)
+        finally:  # an error or Ctrl-C: nobody will collect the rest, so they stop now
+            for rid in wanted - results.keys():
+                self.abort(rid)
+            if bar is not None:
+                bar.close()
         return [results[i] for i in ids]
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
@@ -393,17 +484,21 @@ class LLM:
         self._add([seq])
         hold = max((len(s) for s in params.stop or []), default=1) - 1
         sent = 0
-        while not seq.is_finished:
-            for out in self.step():
-                if out.request_id != seq.request_id:
-                    self._unclaimed.append(out)
-            if seq.is_finished:
-                break
-            text = seq.detokenizer.text  # type: ignore[union-attr]
-            ready = len(text) - hold
-            if ready > sent:
-                yield text[sent:ready]
-                sent = ready
+        try:
+            while not seq.is_finished:
+                for out in self.step():
+                    if out.request_id != seq.request_id:
+                        self._unclaimed.append(out)
+                if seq.is_finished:
+                    break
+                text = seq.detokenizer.text  # type: ignore[union-attr]
+                ready = len(text) - hold
+                if ready > sent:
+                    yield text[sent:ready]
+                    sent = ready
+        finally:  # closed early, an error, Ctrl-C: the request stops and its pages come back
+            if not seq.is_finished:
+                self.abort(seq.request_id)
         self._active.pop(seq.request_id, None)  # finished before any step (max_new_tokens=0)
         seq.detokenizer.flush()  # type: ignore[union-attr]
         final = seq.detokenizer.text[: seq.stop_text_len]  # type: ignore[union-attr]

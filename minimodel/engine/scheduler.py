@@ -14,12 +14,15 @@ slowest member.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
 
 from minimodel.engine.kv_cache import PageAllocator, pages_needed
 from minimodel.engine.sequence import Sequence, Status
+
+log = logging.getLogger("minimodel.engine")
 
 
 @dataclass
@@ -118,6 +121,12 @@ class Scheduler:
                 elif seqs:  # seq itself is the newest; it waits for the others to finish
                     victim = seq
                 else:  # alone with every page and still out of room: the pool is full
+                    log.warning(
+                        "Request %d stopped after %d generated tokens (finish_reason "
+                        "'length'): it holds every page of the KV cache (%d pages of %d tokens) "
+                        "and needs another; raise num_pages or kv_cache_bytes.",
+                        seq.request_id, seq.num_output_tokens, len(seq.page_table),
+                        self.page_size)
                     self.finish(seq, "length")
                     break
                 self._preempt(victim)
