@@ -291,6 +291,215 @@ def test_an_unexpected_error_while_queueing_is_a_500_and_the_engine_goes_on(serv
     settled(server)
 
 
+def _local_port(response: httpx.Response) -> int:
+    """The client's port of the connection that carried this response."""
+    return response.extensions["network_stream"].get_extra_info("client_addr")[1]
+
+
+def test_every_error_status_leaves_the_connection_usable(served, monkeypatch):
+    """After a 400, 404, 429, 500 or 503 the server keeps the connection open (keep-alive):
+    the next request goes over the same socket, and a pooled openai client with
+    max_retries=0 never meets a reset. (401 is checked with the API-key server below.)"""
+    server, client, exp = served
+    ok = {"model": "tiny", "prompt": PROMPTS[4], "max_tokens": NEW, "temperature": 0}
+
+    def broken(prompt, params=None):
+        raise RuntimeError("the queue is broken")
+
+    def status_500():
+        monkeypatch.setattr(server.llm, "add_request", broken)
+        return "POST", "/v1/completions", {"json": ok}
+
+    def status_429():
+        monkeypatch.setattr(server.engine, "_num_requests", server.engine.max_requests)
+        return "POST", "/v1/completions", {"json": ok}
+
+    def status_503():
+        monkeypatch.setattr(server.llm.runner, "closed", "a worker died", raising=False)
+        return "POST", "/v1/completions", {"json": ok}
+
+    cases = {
+        400: lambda: ("POST", "/v1/completions", {"json": {**ok, "temperature": -1}}),
+        404: lambda: ("GET", "/v1/no-such-route", {}),
+        429: status_429, 500: status_500, 503: status_503,
+    }
+    with httpx.Client(base_url=server.url, timeout=60,
+                      limits=httpx.Limits(max_connections=1)) as http:
+        first = http.post("/v1/completions", json=ok)
+        assert first.status_code == 200
+        port = _local_port(first)
+        for status, make in cases.items():
+            method, path, kw = make()
+            r = http.request(method, path, **kw)
+            assert r.status_code == status, r.text
+            assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+            monkeypatch.undo()
+            after = http.post("/v1/completions", json=ok)
+            assert after.status_code == 200
+            assert after.json()["choices"][0]["text"] == exp["greedy"][4]
+            assert _local_port(r) == _local_port(after) == port, f"{status} closed the connection"
+        # the openai client over its own pool: every error, then a good request, no retries
+        for status, make in cases.items():
+            if status == 404:
+                continue
+            make()
+            with pytest.raises(openai.APIStatusError) as err:
+                client.completions.create(model="tiny", prompt="Hi", max_tokens=2,
+                                          temperature=-1 if status == 400 else 0)
+            assert err.value.status_code == status
+            monkeypatch.undo()
+            r = client.completions.create(model="tiny", prompt=PROMPTS[4], max_tokens=NEW,
+                                          temperature=0)
+            assert r.choices[0].text == exp["greedy"][4]
+    settled(server)
+
+
+def test_health_is_503_when_the_engine_cannot_serve(served, monkeypatch):
+    server, client, _ = served
+    assert httpx.get(server.url + "/health").status_code == 200
+    monkeypatch.setattr(server.llm.runner, "closed", "a worker failed", raising=False)
+    r = httpx.get(server.url + "/health")
+    assert r.status_code == 503 and "a worker failed" in r.json()["reason"]
+    with pytest.raises(openai.InternalServerError) as err:
+        client.completions.create(model="tiny", prompt="Hi", max_tokens=2)
+    assert err.value.status_code == 503 and "a worker failed" in err.value.message
+    monkeypatch.undo()
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_a_bad_request_beside_good_ones_changes_none_of_them(served):
+    """Fifteen good requests in flight while bad ones (integers past int64) arrive: every good
+    one gets its own text, every bad one a 400."""
+    server, _, exp = served
+    bad = [{"top_k": 2**70}, {"seed": 2**70}, {"max_tokens": 2**70}, {"n": 2**70}]
+
+    async def good(http: httpx.AsyncClient, i: int) -> str:
+        r = await http.post("/v1/completions", json={
+            "model": "tiny", "prompt": PROMPTS[i], "max_tokens": NEW, "temperature": 0,
+            "top_k": 40, "seed": i})
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["text"]
+
+    async def refused(http: httpx.AsyncClient, fields: dict) -> int:
+        r = await http.post("/v1/completions", json={"model": "tiny", "prompt": "Hi",
+                                                     "max_tokens": 2, **fields})
+        return r.status_code
+
+    async def together() -> tuple[list[str], list[int]]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
+            goods = [good(http, i) for i in range(15)]
+            bads = [refused(http, f) for f in bad]
+            out = await asyncio.gather(*goods, *bads)
+            return out[:15], out[15:]
+
+    texts, statuses = asyncio.run(together())
+    assert texts == exp["greedy"][:15]
+    assert statuses == [400] * len(bad)
+    settled(server)
+
+
+def test_a_tiny_temperature_is_greedy(served):
+    server, client, exp = served
+    for t in (1e-38, 5e-324, 1e-6):
+        r = client.completions.create(model="tiny", prompt=PROMPTS[2], max_tokens=NEW,
+                                      temperature=t)
+        assert r.choices[0].text == exp["greedy"][2], t
+
+
+def test_prompts_are_tokenised_off_the_event_loop(served, monkeypatch):
+    import minimodel.serve.app as app_module
+
+    server, client, exp = served
+    threads = []
+    encode = app_module._completion_prompts
+
+    def spy(prompts, tokenizer):
+        threads.append(threading.current_thread().name)
+        return encode(prompts, tokenizer)
+
+    monkeypatch.setattr(app_module, "_completion_prompts", spy)
+    r = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=NEW,
+                                  temperature=0)
+    assert r.choices[0].text == exp["greedy"][0]
+    assert threads and all(name.startswith("minimodel-tokenize") for name in threads), threads
+
+
+@pytest.fixture(scope="module")
+def strict():
+    """A second server with a small body limit and a short body timeout."""
+    llm = LLM("tiny", device="cpu", num_pages=64)
+    with Server(llm, model_name="tiny", max_body_bytes=64 * 1024, body_timeout_s=1.0) as server:
+        yield server
+
+
+def test_a_body_over_the_limit_is_413_before_it_is_read(strict):
+    for body in ({"model": "tiny", "prompt": "x" * 100_000}, ):
+        r = httpx.post(strict.url + "/v1/completions", json=body, timeout=60)
+        assert r.status_code == 413, r.text
+        assert r.json()["error"]["code"] == "request_too_large"
+    # without a Content-Length (chunked), the limit holds too
+    def chunks():
+        yield b'{"model": "tiny", "prompt": "'
+        for _ in range(100):
+            yield b"x" * 1000
+        yield b'"}'
+
+    r = httpx.post(strict.url + "/v1/completions", content=chunks(), timeout=60,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 413, r.text
+    assert httpx.get(strict.url + "/health").status_code == 200
+
+
+def test_a_text_longer_than_the_context_can_hold_is_400_before_tokenising(served, monkeypatch):
+    import minimodel.serve.app as app_module
+
+    server, client, _ = served
+    calls = []
+    monkeypatch.setattr(app_module, "_completion_prompts", lambda *a: calls.append(a))
+    # 4096 tokens of at most 256 bytes each hold 1 MiB of text: 2 MiB cannot fit
+    huge = "ab" * (1 << 20)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model="tiny", prompt=huge, max_tokens=2)
+    assert err.value.body["param"] == "prompt" and "bytes" in err.value.message
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": huge}])
+    assert err.value.body["param"] == "messages"
+    assert calls == [], "the text was tokenised"
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
+def _raw_request(url: str, head: bytes) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=60)
+    sock.sendall(head)
+    return sock
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_body_that_never_arrives_is_408_and_the_connection_closes(strict):
+    """Headers that promise 100 bytes, then 10 of them and silence: each such client gets a
+    408 once the body timeout passes, and its connection is closed; the server answers
+    others meanwhile."""
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n" + b'{"model":')
+    socks = [_raw_request(strict.url, head) for _ in range(20)]
+    try:
+        assert httpx.get(strict.url + "/health", timeout=60).status_code == 200
+        for sock in socks:
+            answer = _read_until_closed(sock)  # recv returns b"" once the server closed it
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+            assert b"request_timeout" in answer
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 # --- bad requests: a 400 with an OpenAI-style body, and nothing changes ---------------------
 
 
@@ -315,6 +524,16 @@ BAD_COMPLETIONS = {
     "token id outside the vocabulary": {"prompt": [5, 10**7]},
     "prompt not text or ids": {"prompt": {"text": "hi"}},
     "unknown model": {"model": "no-such-model"},
+    # integers that no engine could take: refused before any step, never a 500 later
+    "top_k past int64": {"top_k": 2**70},
+    "seed past int64": {"seed": 2**70},
+    "seed + n past int64": {"seed": 2**63 - 1, "n": 2},
+    "max_tokens past int64": {"max_tokens": 2**70},
+    "logprobs past the limit": {"logprobs": 2**70},
+    "n past the limit": {"n": 2**70},
+    # more completions than the server ever holds at once: a 400, not "retry later"
+    "n above the server's limit": {"n": 1000},
+    "more prompts than the server holds": {"prompt": ["Hi"] * 300},
 }
 BAD_CHATS = {
     "no messages": {"messages": []},
@@ -324,6 +543,10 @@ BAD_CHATS = {
     "over-long conversation": {"messages": [{"role": "user", "content": "hello " * 5000}]},
     "unknown model": {"messages": CHAT, "model": "gpt-4o"},
     "top_p above 1": {"messages": CHAT, "top_p": 2.0},
+    "an unknown role": {"messages": [{"role": "wizard", "content": "hi"}]},
+    "an empty role": {"messages": [*CHAT, {"role": "", "content": "hi"}]},
+    "top_logprobs past the limit": {"messages": CHAT, "logprobs": True, "top_logprobs": 2**70},
+    "n past the limit": {"messages": CHAT, "n": 2**70},
 }
 
 
@@ -361,7 +584,68 @@ def test_bad_requests_get_400_and_change_nothing(served):
 # --- API key, shutdown, the command line ----------------------------------------------------
 
 
-def test_api_key_and_a_clean_shutdown_with_a_stream_open():
+LONG = {"model": "tiny", "prompt": "Hi", "max_tokens": 3000, "ignore_eos": True}
+
+
+class _InFlight:
+    """Two requests that run until the server stops: a stream (its lines are kept) and a
+    plain request (its response is kept), each in a thread; `running` is set once the stream
+    has brought its first event."""
+
+    def __init__(self, url: str, headers: dict | None = None) -> None:
+        self.url, self.headers = url, headers or {}
+        self.running = threading.Event()
+        self.lines: list[str] = []
+        self.response: httpx.Response | None = None
+        self.errors: list[BaseException] = []
+        self.threads = [threading.Thread(target=self._stream), threading.Thread(target=self._post)]
+        for t in self.threads:
+            t.start()
+
+    def _stream(self) -> None:
+        try:
+            with httpx.stream("POST", self.url + "/v1/completions", headers=self.headers,
+                              json={**LONG, "stream": True}, timeout=120) as r:
+                for line in r.iter_lines():
+                    if line:
+                        self.lines.append(line)
+                        self.running.set()
+        except BaseException as err:  # the test reads it
+            self.errors.append(err)
+            self.running.set()
+
+    def _post(self) -> None:
+        try:
+            self.response = httpx.post(self.url + "/v1/completions", json=LONG,
+                                       headers=self.headers, timeout=120)
+        except BaseException as err:
+            self.errors.append(err)
+
+    def join(self, timeout: float = 120) -> None:
+        for t in self.threads:
+            t.join(timeout)
+            assert not t.is_alive(), "a client was still waiting after the shutdown"
+
+    def check_ended_cleanly(self) -> None:
+        """The stream ended with an error event and then [DONE]; the plain request got a 503
+        in OpenAI's shape."""
+        assert not self.errors, self.errors
+        assert self.lines[-1] == "data: [DONE]", self.lines[-3:]
+        error = json.loads(self.lines[-2].removeprefix("data: "))["error"]
+        assert error["type"] == "server_error" and "shutting down" in error["message"]
+        assert self.response is not None and self.response.status_code == 503
+        body = self.response.json()["error"]
+        assert set(body) == {"message", "type", "param", "code"} and body["code"] == "unavailable"
+
+
+def _wait_running(server: Server, n: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while server.engine.stats()["running"] < n:
+        assert time.monotonic() < deadline, server.engine.stats()
+        time.sleep(0.02)
+
+
+def test_api_key_and_a_clean_shutdown_with_requests_open(record_property):
     threads = set(threading.enumerate())
     # processes other tests left on purpose (multiprocessing's resource tracker) are not ours
     children = {c.pid for c in psutil.Process().children(recursive=True)}
@@ -373,14 +657,22 @@ def test_api_key_and_a_clean_shutdown_with_a_stream_open():
             anonymous.models.list()
         assert httpx.post(url + "/completions", json={"prompt": "Hi"}).status_code == 401
         assert httpx.get(server.url + "/health").status_code == 200  # no key needed
+        key = {"Authorization": "Bearer sekret"}
+        with httpx.Client(base_url=server.url, timeout=60) as http:  # a 401 keeps the socket
+            denied = http.get("/v1/models")
+            allowed = http.get("/v1/models", headers=key)
+            assert (denied.status_code, allowed.status_code) == (401, 200)
+            assert _local_port(denied) == _local_port(allowed)
         client = openai.OpenAI(base_url=url, api_key="sekret", max_retries=0)
         assert client.completions.create(model="tiny", prompt="Hi", max_tokens=2).choices
-        stream = client.completions.create(model="tiny", prompt="Hi", max_tokens=3000,
-                                           stream=True, extra_body={"ignore_eos": True})
-        next(stream)
-        server.close()  # with the stream still open: it ends with an error event
-        with pytest.raises(openai.APIError, match="shutting down"):
-            list(stream)
+        flight = _InFlight(server.url, key)
+        assert flight.running.wait(120)
+        _wait_running(server, 2)
+        start = time.monotonic()
+        server.close()  # with both still open: each gets its answer
+        flight.join()
+        record_property("shutdown_s", round(time.monotonic() - start, 2))
+        flight.check_ended_cleanly()
     assert llm.allocator.num_free == llm.allocator.num_pages
     assert set(threading.enumerate()) <= threads
     assert {c.pid for c in psutil.Process().children(recursive=True)} <= children
@@ -418,8 +710,19 @@ def test_python_m_minimodel_serve():
         chunks = [json.loads(line[len("data: "):]) for line in lines[:-1]]
         assert all(line.startswith("data: ") for line in lines)
         assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+        # SIGTERM with a stream and a plain request open: both get their answer, then exit 0
+        flight = _InFlight(url)
+        assert flight.running.wait(120)
+        deadline = time.monotonic() + 120
+        while httpx.get(url + "/health", timeout=60).json()["running"] < 2:
+            assert time.monotonic() < deadline, "the two requests did not start"
+            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        flight.join()
+        flight.check_ended_cleanly()
+        assert proc.wait(timeout=120) == 0
+        log = proc.stdout.read()
+        assert "Traceback" not in log and "CancelledError" not in log, log
     finally:
         if proc.poll() is None:
             proc.kill()

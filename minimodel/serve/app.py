@@ -1,12 +1,18 @@
 """The HTTP side: OpenAI's routes around one EngineLoop (FastAPI; sse-starlette for streams).
 
 What a request goes through:
-    parse the JSON body (400 if malformed) -> check model name, sampling fields (400)
-    -> tokenise (the chat template for chat) -> admit (429 when the server is full)
+    read the body (413 past max_body_bytes, 408 if it does not arrive within body_timeout_s)
+    -> parse the JSON (400 if malformed) -> check model name, sampling fields, roles (400)
+    -> tokenise in a worker thread, never on the event loop (the chat template for chat; a
+       text that must be longer than the context is a 400 before any tokenising)
+    -> admit (429 when the server is full; 400 if it could never hold that many)
     -> the engine thread queues it (400 if the engine rejects the prompt)
     -> token ids come back step by step -> detokenise, hold back a possible stop string
     -> JSON at the end, or one server-sent event per step, then `data: [DONE]`.
 A client that disconnects is aborted: its pages are freed before the engine's next step.
+Every error is an OpenAI-style JSON body answered from inside the request path, so the
+connection stays usable (keep-alive) after a 500 too; a stream that fails, or that the server
+shuts down, ends with an error event and then `data: [DONE]`.
 """
 
 from __future__ import annotations
@@ -17,12 +23,16 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+import anyio
 from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
@@ -30,13 +40,21 @@ from starlette.types import Receive, Scope, Send
 from minimodel.engine.detokenizer import IncrementalDetokenizer
 from minimodel.engine.llm import RequestOutput
 from minimodel.sampling import SamplingParams
-from minimodel.serve.engine_loop import EngineLoop, EngineStopped, Job, ServerBusy
+from minimodel.serve.engine_loop import (
+    EngineLoop,
+    EngineStopped,
+    Job,
+    NeverAdmitted,
+    ServerBusy,
+    Update,
+)
 from minimodel.serve.protocol import (
     APIError,
     ChatCompletionRequest,
     CompletionRequest,
     bad_request,
     check_fields,
+    check_roles,
     message_dicts,
     parse,
     sampling_params,
@@ -46,6 +64,40 @@ from minimodel.tokenizer import Tokenizer, load_tokenizer
 
 log = logging.getLogger("minimodel.serve")
 T = TypeVar("T")
+
+MAX_BODY_BYTES = 32 << 20  # a larger body is refused (413) before it is read
+BODY_TIMEOUT_S = 30.0  # a body must arrive within this (408)
+SHUTDOWN_GRACE_S = 5.0  # open streams get this long to send their last events at shutdown
+
+
+def _server_error(err: Exception) -> JSONResponse:
+    log.error("request failed", exc_info=err)
+    return JSONResponse(APIError(500, f"Internal error: {err!r}", "server_error").body(),
+                        status_code=500)
+
+
+class _AnswerErrors(APIRoute):
+    """A route that answers an unexpected exception with a 500 JSON body itself.
+
+    Left to Starlette, such an exception reaches ServerErrorMiddleware, which sends the 500
+    and then raises again, so uvicorn drops the connection: a client that reuses it (keep-
+    alive, as openai's pool does) then meets a reset. Answered here, the connection lives on.
+    Errors with a status of their own (APIError, HTTPException, validation) pass through to
+    their handlers, which answer without raising.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except (APIError, StarletteHTTPException, RequestValidationError):
+                raise
+            except Exception as err:
+                return _server_error(err)
+
+        return answer
 
 
 class _SkipSpecial:
@@ -129,11 +181,16 @@ def chat_logprobs(tokenizer: Tokenizer, ids: list[int], logprobs: list[float]) -
 
 class _EventStream(EventSourceResponse):
     """Server-sent events that cancel their job however the response ends: finished, the
-    client gone (sse-starlette notices the disconnect and stops the stream), or shutdown."""
+    client gone (sse-starlette notices the disconnect and stops the stream), or shutdown.
+
+    At shutdown sse-starlette would cut the stream at once; with a grace period it waits
+    while the engine fails the request (503), so the stream ends with an error event and
+    `data: [DONE]` as any failed stream does."""
 
     def __init__(self, events: AsyncIterator[dict[str, str]], job: Job) -> None:
         # "data: {...}\n\n" and nothing else, as OpenAI sends: no keep-alive comments either
-        super().__init__(events, sep="\n", ping=0)
+        super().__init__(events, sep="\n", ping=0, shutdown_event=anyio.Event(),
+                         shutdown_grace_period=SHUTDOWN_GRACE_S)
         self.job = job
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -187,12 +244,33 @@ class _Kind:
         return {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
 
 
-def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None) -> FastAPI:
-    """The FastAPI app around `engine`; its lifespan starts and stops the engine thread."""
+def _longest_token_bytes(tokenizer: Tokenizer) -> int:
+    """The most UTF-8 bytes one token stands for: a text of B bytes has >= B / this tokens."""
+    longest = 1
+    for i in range(len(tokenizer)):
+        piece = tokenizer.id_to_token(i)  # byte-level: one character per byte
+        if piece is not None:
+            longest = max(longest, len(piece.encode("utf-8")))
+    return longest
+
+
+def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None,
+               max_body_bytes: int = MAX_BODY_BYTES,
+               body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:
+    """The FastAPI app around `engine`; its lifespan starts and stops the engine thread.
+
+    max_body_bytes: larger request bodies get a 413 before they are read.
+    body_timeout_s: a body that has not fully arrived by then gets a 408 (and the connection
+    is closed), so that a client that sends headers and then nothing holds no handler.
+    """
     llm = engine.llm
     # The HTTP side's own tokenizer: it tokenises prompts and detokenises answers here, while
     # the engine thread only runs steps (and checks stop strings with its own).
     tokenizer = load_tokenizer(llm.folder)
+    longest_token = _longest_token_bytes(tokenizer)
+    # Tokenising a long prompt takes a while: one worker thread does it, off the event loop,
+    # so that other clients (and /health) are answered meanwhile.
+    tokenizing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minimodel-tokenize")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -201,14 +279,58 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None) 
             yield
         finally:
             engine.stop()
+            tokenizing.shutdown(wait=True, cancel_futures=True)
 
     app = FastAPI(title="minimodel", summary="An OpenAI-compatible server around one LLM.",
                   lifespan=lifespan)
+    app.router.route_class = _AnswerErrors
     app.state.engine = engine
+
+    async def off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(tokenizing, lambda: fn(*args, **kwargs))
+
+    def check_text_length(text: str, param: str) -> None:
+        """A text whose bytes need more tokens than the context holds, even if every token
+        were the vocabulary's longest, is refused before it is tokenised."""
+        size = len(text.encode("utf-8", errors="replace"))
+        if size > llm.max_model_len * longest_token:
+            raise bad_request(
+                f"The {param} has {size} bytes of text, more than {llm.max_model_len} tokens "
+                f"of this model's context can hold (at most {longest_token} bytes a token); "
+                "shorten it.", param=param)
+
+    async def read_body(request: Request) -> bytes:
+        """The body, at most max_body_bytes of it, within body_timeout_s."""
+        too_large = APIError(413, f"The request body is larger than {max_body_bytes} bytes, "
+                             "the most this server reads; send a shorter prompt.",
+                             code="request_too_large")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_body_bytes:
+            raise too_large
+        chunks: list[bytes] = []
+        size = 0
+
+        async def read() -> None:
+            nonlocal size
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_body_bytes:
+                    raise too_large
+                chunks.append(chunk)
+
+        try:
+            await asyncio.wait_for(read(), body_timeout_s)
+        except asyncio.TimeoutError:
+            raise APIError(408, f"The request body did not arrive within {body_timeout_s:g} s "
+                           f"({size} bytes came); send it whole.", code="request_timeout") from None
+        return b"".join(chunks)
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, err: APIError) -> JSONResponse:
-        headers = {"Retry-After": "1"} if err.status == 429 else None
+        headers = {"Retry-After": "1"} if err.status == 429 else {}
+        if err.status in (408, 413):  # the body was not read to its end: this connection ends
+            headers["Connection"] = "close"
         return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
@@ -219,9 +341,8 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None) 
 
     @app.exception_handler(Exception)
     async def server_error(request: Request, err: Exception) -> JSONResponse:
-        log.exception("request failed")
-        return JSONResponse(APIError(500, f"Internal error: {err!r}", "server_error").body(),
-                            status_code=500)
+        # Only what fails outside a route gets here (routes answer their own, _AnswerErrors).
+        return _server_error(err)
 
     async def check_api_key(request: Request) -> None:
         if api_key is None:
@@ -236,6 +357,14 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None) 
             raise bad_request(f"The model {name!r} does not exist here; this server serves "
                               f"{model_name!r} (see /v1/models).", param="model",
                               code="model_not_found")
+
+    def check_count(n: int) -> None:
+        """One HTTP request asks for n completions: more than the server ever holds is a 400
+        (a 429 would tell the client to retry what can never be admitted)."""
+        try:
+            engine.check_count(n)
+        except NeverAdmitted as err:
+            raise bad_request(str(err), param="n") from None
 
     def context_left(prompt: list[int]) -> int:
         return max(llm.max_model_len - len(prompt), 0)
@@ -252,10 +381,13 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None) 
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        alive = engine.is_alive
-        body = {"status": "ok" if alive else "engine stopped", "model": model_name,
+        """200 when the server can answer requests; 503 with the reason when it cannot."""
+        reason = engine.unavailable
+        body = {"status": "ok" if reason is None else "unavailable", "model": model_name,
                 **engine.stats()}
-        return JSONResponse(body, status_code=200 if alive else 503)
+        if reason is not None:
+            body["reason"] = reason
+        return JSONResponse(body, status_code=200 if reason is None else 503)
 
     @app.get("/v1/models", dependencies=[Depends(check_api_key)])
     async def models() -> dict:
@@ -265,10 +397,15 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None) 
 
     @app.post("/v1/completions", dependencies=[Depends(check_api_key)])
     async def completions(request: Request) -> Response:
-        req: CompletionRequest = parse(CompletionRequest, await request.body())
+        req: CompletionRequest = parse(CompletionRequest, await read_body(request))
         check_model(req.model)
         check_fields(req)
-        prompts = _completion_prompts(req.prompt, tokenizer)
+        texts = _prompt_list(req.prompt)
+        check_count(len(texts) * req.n)
+        for text in texts:
+            if isinstance(text, str):
+                check_text_length(text, "prompt")
+        prompts = await off_loop(_completion_prompts, texts, tokenizer)
         requests = [(ids, sampling_params(req, 16, j)) for ids in prompts for j in range(req.n)]
         check_context(requests)
         skip = bool(req.skip_special_tokens)
@@ -277,20 +414,21 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None) 
 
     @app.post("/v1/chat/completions", dependencies=[Depends(check_api_key)])
     async def chat_completions(request: Request) -> Response:
-        req: ChatCompletionRequest = parse(ChatCompletionRequest, await request.body())
+        req: ChatCompletionRequest = parse(ChatCompletionRequest, await read_body(request))
         check_model(req.model)
         check_fields(req)
+        check_roles(req.messages)
+        check_count(req.n)
+        messages = message_dicts(req.messages)
+        check_text_length("".join(m["content"] for m in messages), "messages")
         kwargs = dict(req.chat_template_kwargs or {})
         thinking = kwargs.pop("enable_thinking", True)
         if req.enable_thinking is not None:
             thinking = req.enable_thinking
         try:
-            ids = tokenizer.apply_chat_template(message_dicts(req.messages),
-                                                add_generation_prompt=True,
-                                                enable_thinking=bool(thinking), tokenize=True,
-                                                **kwargs)
-        except APIError:
-            raise
+            ids = await off_loop(tokenizer.apply_chat_template, messages,
+                                 add_generation_prompt=True, enable_thinking=bool(thinking),
+                                 tokenize=True, **kwargs)
         except Exception as err:  # the template rejects the conversation
             raise bad_request(f"messages: the chat template cannot render them: {err}",
                               param="messages") from None
@@ -303,8 +441,8 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None) 
     return app
 
 
-def _completion_prompts(prompt: Any, tokenizer: Tokenizer) -> list[list[int]]:
-    """A prompt, a list of prompts, token ids or a list of them -> token-id prompts."""
+def _prompt_list(prompt: Any) -> list[str | list[int]]:
+    """A prompt, a list of prompts, token ids or a list of them -> a list of prompts."""
     if isinstance(prompt, str):
         prompts: list[Any] = [prompt]
     elif prompt and all(isinstance(t, int) for t in prompt):
@@ -313,6 +451,11 @@ def _completion_prompts(prompt: Any, tokenizer: Tokenizer) -> list[list[int]]:
         prompts = list(prompt)
     if not prompts:
         raise bad_request("prompt is empty: give at least one token.", param="prompt")
+    return prompts
+
+
+def _completion_prompts(prompts: list[str | list[int]], tokenizer: Tokenizer) -> list[list[int]]:
+    """Text prompts tokenised, token-id prompts as they are (a 400 if one is empty)."""
     out = [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
     if any(not ids for ids in out):
         raise bad_request("prompt is empty: give at least one token.", param="prompt")
@@ -327,6 +470,8 @@ async def _answer(request: Request, engine: EngineLoop, tokenizer: Tokenizer, ki
     job = engine.job()
     try:
         await job.submit(requests)
+    except NeverAdmitted as err:
+        raise bad_request(str(err), param="n") from None
     except ValueError as err:
         raise bad_request(str(err), param=prompt_param) from None
     except ServerBusy as err:
@@ -366,12 +511,18 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
+def _update_error(update: Update) -> APIError:
+    """The error a failed request is answered with (503: the server cannot serve now)."""
+    kind = "server_error" if update.status >= 500 else "invalid_request_error"
+    return APIError(update.status, update.error or "", kind,
+                    code="unavailable" if update.status == 503 else None)
+
+
 async def _collect(job: Job, n: int) -> list[RequestOutput]:
     outputs: list[RequestOutput | None] = [None] * n
     async for update in job.updates():
         if update.error is not None:
-            kind = "server_error" if update.status >= 500 else "invalid_request_error"
-            raise APIError(update.status, update.error, kind)
+            raise _update_error(update)
         if update.output is not None:
             outputs[update.index] = update.output
     return outputs  # type: ignore[return-value]
@@ -394,9 +545,9 @@ async def _events(job: Job, kind: _Kind, meta: dict, texts: list[ChoiceText],
     offsets = [0] * len(texts)
     try:
         async for update in job.updates():
-            if update.error is not None:
-                kind_name = "server_error" if update.status >= 500 else "invalid_request_error"
-                yield {"data": _json(APIError(update.status, update.error, kind_name).body())}
+            if update.error is not None:  # an error event, then [DONE], as vLLM ends one
+                yield {"data": _json(_update_error(update).body())}
+                yield {"data": "[DONE]"}
                 return
             i, text = update.index, texts[update.index]
             finish = update.output.finish_reason if update.output is not None else None

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from minimodel.engine.llm import LLM, RequestOutput
+from minimodel.engine.llm import LLM, RequestOutput, StepError
 from minimodel.sampling import SamplingParams
 
 log = logging.getLogger("minimodel.serve")
@@ -49,7 +49,11 @@ class ServerBusy(Exception):
 
 
 class EngineStopped(Exception):
-    """The engine thread is not running (HTTP 503)."""
+    """The engine thread is not running, or the LLM can no longer run steps (HTTP 503)."""
+
+
+class NeverAdmitted(ValueError):
+    """More requests in one HTTP request than the server ever holds at once (HTTP 400)."""
 
 
 class _Route:
@@ -100,6 +104,14 @@ class EngineLoop:
         self._thread = threading.Thread(target=self._run, name="minimodel-engine", daemon=True)
         self._thread.start()
 
+    def begin_stop(self) -> None:
+        """Take no new requests and fail the open ones with 503, without waiting: what a
+        shutdown does first, so that every client gets its answer while connections last."""
+        with self._lock:
+            self._stopped = True
+        if self._thread is not None:
+            self._send(("stop",))
+
     def stop(self, timeout: float = 30.0) -> None:
         """Fail every open request with 503, end the thread and wait for it."""
         with self._lock:
@@ -125,7 +137,21 @@ class EngineLoop:
 
     @property
     def is_alive(self) -> bool:
+        """The engine thread runs and takes requests (see `unavailable` for the LLM itself)."""
         return self._thread is not None and self._thread.is_alive() and not self._stopped
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why no request can be served now, or None: the server is stopping, the engine
+        thread is gone, or the LLM is closed (a tensor-parallel worker died, for one)."""
+        if self._stopped:
+            return "The server is shutting down."
+        if self._thread is None or not self._thread.is_alive():
+            return "The engine thread is not running."
+        closed = getattr(self.llm.runner, "closed", None)
+        if closed:
+            return f"The engine is closed ({closed}); restart the server."
+        return None
 
     @property
     def num_requests(self) -> int:
@@ -145,10 +171,20 @@ class EngineLoop:
 
     # --- admission (event-loop side) ----------------------------------------------------
 
+    def check_count(self, n: int) -> None:
+        """NeverAdmitted if n requests could never be in the server at once."""
+        if n > self.max_requests:
+            raise NeverAdmitted(
+                f"This request asks for {n} completions (prompts x n), but the server holds "
+                f"at most {self.max_requests} at once (--max-requests); send fewer prompts or "
+                "a smaller n.")
+
     def _admit(self, n: int) -> None:
+        self.check_count(n)
+        reason = self.unavailable
         with self._lock:
-            if self._stopped:
-                raise EngineStopped("The server is shutting down.")
+            if self._stopped or reason:
+                raise EngineStopped(reason or "The server is shutting down.")
             if self._num_requests + n > self.max_requests:
                 raise ServerBusy(f"The server holds {self._num_requests} requests, its limit is "
                                  f"{self.max_requests}; retry later.")
@@ -230,8 +266,9 @@ class EngineLoop:
         self.num_steps += 1
         try:
             finished = self.llm.step()
-        except Exception as err:  # the server must outlive a failed step
-            self._fail_batch(err)
+        except StepError as err:  # the server outlives a failed step; so do other requests
+            log.exception("engine step failed")
+            self._fail([r for r in err.request_ids if r in self._routes], err.__cause__ or err)
             return
         done = {o.request_id: o for o in finished}
         for rid, route in list(self._routes.items()):
@@ -247,21 +284,16 @@ class EngineLoop:
                 route.post(Update(route.index, seq.output_token_ids[route.sent:], logprobs))
                 route.sent = seq.num_output_tokens
 
-    def _fail_batch(self, err: Exception) -> None:
-        """A step raised: fail the requests it ran (all open ones if it did not get that far);
-        the others go on, and so does the server."""
-        log.exception("engine step failed")
-        batch = self.llm.last_batch
-        ran = {s.request_id for s in batch.seqs} & self._routes.keys() if batch else set()
-        self._fail(list(ran or self._routes), err)
-
     def _fail(self, request_ids: list[int], err: Exception) -> None:
-        """Abort these requests and tell their handlers: HTTP 500, or an error event."""
+        """Abort these requests and tell their handlers: HTTP 500, or an error event; 503 if
+        the engine can serve no more (a closed tensor-parallel LLM)."""
+        closed = getattr(self.llm.runner, "closed", None)
+        status = 503 if closed else 500
         for rid in request_ids:
             self.llm.abort(rid)
             route = self._routes.pop(rid)
-            route.post(Update(route.index, [], None,
-                              error=f"The engine failed on this request: {err!r}", status=500))
+            route.post(Update(route.index, [], None, status=status,
+                              error=f"The engine failed on this request: {err!r}"))
 
 
 class Job:

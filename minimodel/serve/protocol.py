@@ -13,7 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from minimodel.sampling import SamplingParams
+from minimodel.sampling import INT64_MAX, SamplingParams
+
+ROLES = ("system", "user", "assistant", "tool")  # the roles Qwen3's chat template renders
+MAX_LOGPROBS = 20  # the most alternatives a request may ask for (OpenAI's top_logprobs limit)
 
 
 class APIError(Exception):
@@ -147,12 +150,17 @@ def sampling_params(req: CompletionRequest | ChatCompletionRequest,
     if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
         max_tokens = req.max_completion_tokens
     logprobs = req.logprobs
-    if isinstance(req, CompletionRequest) and logprobs is not None and logprobs < 0:
-        raise bad_request(f"logprobs must be an integer >= 0, got {logprobs}.", param="logprobs")
-    if isinstance(req, ChatCompletionRequest) and req.top_logprobs is not None and (
-            req.top_logprobs < 0):
-        raise bad_request(f"top_logprobs must be >= 0, got {req.top_logprobs}.",
-                          param="top_logprobs")
+    if isinstance(req, CompletionRequest) and logprobs is not None and not (
+            0 <= logprobs <= MAX_LOGPROBS):
+        raise bad_request(f"logprobs must be an integer from 0 to {MAX_LOGPROBS}, got "
+                          f"{logprobs}.", param="logprobs")
+    if isinstance(req, ChatCompletionRequest) and req.top_logprobs is not None and not (
+            0 <= req.top_logprobs <= MAX_LOGPROBS):
+        raise bad_request(f"top_logprobs must be an integer from 0 to {MAX_LOGPROBS}, got "
+                          f"{req.top_logprobs}.", param="top_logprobs")
+    if req.seed is not None and req.seed >= 0 and req.seed + req.n - 1 > INT64_MAX:
+        raise bad_request(f"seed must be at most 2**63 - n (choice j draws from seed + j), got "
+                          f"{req.seed}.", param="seed")
     top_k = 0 if req.top_k in (None, -1) else req.top_k
     try:
         return SamplingParams(
@@ -180,6 +188,14 @@ def wants_logprobs(req: CompletionRequest | ChatCompletionRequest) -> bool:
     if isinstance(req, CompletionRequest):
         return req.logprobs is not None
     return req.logprobs
+
+
+def check_roles(messages: list[ChatMessage]) -> None:
+    """A role the chat template does not render would vanish from the prompt: a 400."""
+    for i, message in enumerate(messages):
+        if message.role not in ROLES:
+            raise bad_request(f"messages[{i}].role is {message.role!r}; the roles are "
+                              f"{', '.join(map(repr, ROLES))}.", param="messages")
 
 
 def message_dicts(messages: list[ChatMessage]) -> list[dict[str, Any]]:

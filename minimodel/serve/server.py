@@ -15,25 +15,44 @@ from typing import Any
 import uvicorn
 
 from minimodel.engine.llm import LLM
-from minimodel.serve.app import create_app
+from minimodel.serve.app import BODY_TIMEOUT_S, MAX_BODY_BYTES, SHUTDOWN_GRACE_S, create_app
 from minimodel.serve.engine_loop import EngineLoop
 
 
-def _config(llm: LLM, model_name: str, api_key: str | None, max_requests: int,
-            log_level: str, **kw: Any) -> tuple[uvicorn.Config, EngineLoop]:
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server, which tells the engine first when a shutdown begins (SIGINT,
+    SIGTERM): every open request is answered with a 503 (a stream: an error event and
+    [DONE]) while its connection is still there, instead of being cut off."""
+
+    def __init__(self, config: uvicorn.Config, engine: EngineLoop) -> None:
+        super().__init__(config)
+        self.engine = engine
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.engine.begin_stop()
+        super().handle_exit(sig, frame)
+
+
+def _server(llm: LLM, model_name: str, api_key: str | None, max_requests: int,
+            log_level: str, max_body_bytes: int, body_timeout_s: float,
+            **kw: Any) -> _Uvicorn:
     engine = EngineLoop(llm, max_requests=max_requests)
-    app = create_app(engine, model_name, api_key=api_key)
-    # Streams that are still open at shutdown get 5 s, then they are cancelled (and aborted).
-    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5,
+    app = create_app(engine, model_name, api_key=api_key, max_body_bytes=max_body_bytes,
+                     body_timeout_s=body_timeout_s)
+    # Open streams get SHUTDOWN_GRACE_S to send their last events; uvicorn waits a little
+    # longer for every handler before it cancels what is left.
+    config = uvicorn.Config(app, log_level=log_level,
+                            timeout_graceful_shutdown=int(SHUTDOWN_GRACE_S) + 5,
                             access_log=log_level in ("debug", "trace"), **kw)
-    return config, engine
+    return _Uvicorn(config, engine)
 
 
 def serve(llm: LLM, model_name: str, host: str = "127.0.0.1", port: int = 8000,
-          api_key: str | None = None, max_requests: int = 256, log_level: str = "info") -> None:
+          api_key: str | None = None, max_requests: int = 256, log_level: str = "info",
+          max_body_bytes: int = MAX_BODY_BYTES, body_timeout_s: float = BODY_TIMEOUT_S) -> None:
     """Serve until Ctrl-C (or SIGTERM): what `python -m minimodel serve` runs."""
-    config, _ = _config(llm, model_name, api_key, max_requests, log_level, host=host, port=port)
-    server = uvicorn.Server(config)
+    server = _server(llm, model_name, api_key, max_requests, log_level, max_body_bytes,
+                     body_timeout_s, host=host, port=port)
     if threading.current_thread() is not threading.main_thread():
         server.run()
         return
@@ -56,7 +75,8 @@ class Server:
 
     def __init__(self, llm: LLM, model_name: str | None = None, host: str = "127.0.0.1",
                  port: int = 0, api_key: str | None = None, max_requests: int = 256,
-                 log_level: str = "warning") -> None:
+                 log_level: str = "warning", max_body_bytes: int = MAX_BODY_BYTES,
+                 body_timeout_s: float = BODY_TIMEOUT_S) -> None:
         self.llm = llm
         self.model_name = model_name or llm.folder.name
         self.host = host
@@ -64,8 +84,9 @@ class Server:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.port = self._socket.getsockname()[1]
-        config, self.engine = _config(llm, self.model_name, api_key, max_requests, log_level)
-        self._server = uvicorn.Server(config)
+        self._server = _server(llm, self.model_name, api_key, max_requests, log_level,
+                               max_body_bytes, body_timeout_s)
+        self.engine = self._server.engine
         self._thread: threading.Thread | None = None
 
     @property
