@@ -10,11 +10,12 @@ STAMP := $(VENV)/.installed
 NBVAL := --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider
 export PYTHONHASHSEED := 0
 
-.PHONY: help install lab test test-fast lint notebooks bench book exercises clean
+.PHONY: help install lab test test-fast test-stress lint notebooks bench book exercises clean
 
 help:
 	@echo "make lab     install the course and open JupyterLab on chapters/"
-	@echo "make test    install and run every test: ruff, pytest, notebooks"
+	@echo "make test    install and run every test: ruff, pytest, the stress lane, notebooks"
+	@echo "make test-stress  the tests marked stress again, with every core kept busy"
 	@echo "make bench   engine vs transformers vs the naive loop (docs/benchmarks.md)"
 	@echo "make book    build the book into book/_build/html"
 	@echo "make test-browser  run chapters in JupyterLab and open the book in headless chromium"
@@ -38,6 +39,13 @@ lint: install
 test-fast: install
 	HF_HUB_OFFLINE=1 $(VENV)/bin/pytest -q -m "not browser" tests
 
+# The stress lane: the tests that use processes, sockets, threads or deadlines (marker
+# `stress`) run again while scripts/busy.py keeps every core busy, as a learner's busy laptop
+# would; it stops its busy processes by their ids when pytest ends.
+test-stress: install
+	HF_HUB_OFFLINE=1 $(PY) scripts/busy.py -- $(VENV)/bin/pytest -q -p no:cacheprovider \
+		-m "stress and not browser" tests
+
 # Stored outputs must not depend on the machine: the chapters and solutions run twice, with the
 # default threads and then with one thread (other reduction orders in every matmul and sum), and
 # both runs must reproduce every stored output.
@@ -50,7 +58,7 @@ notebooks: install
 	$(ONE_THREAD) $(PY) -c "import torch; assert torch.get_num_threads() == 1, torch.get_num_threads()"
 	HF_HUB_OFFLINE=1 $(ONE_THREAD) $(VENV)/bin/pytest -q --nbval $(NBVAL) chapters solutions
 
-test: lint test-fast notebooks test-browser
+test: lint test-fast test-stress notebooks test-browser
 
 exercises: install
 	$(PY) -m minimodel exercises

@@ -112,7 +112,7 @@ BAD_PROMPTS = {
     "too long": (list(range(300)), "context length"),
     "id >= vocab": ([1, 2, 512], "outside the vocabulary"),
     "negative id": ([-1], "outside the vocabulary"),
-    "not ids": ([1.5, 2], "list of int"),
+    "not ids": ([1.5, 2], r"prompt\[0\] is 1.5 \(float\)"),
 }
 
 

@@ -20,6 +20,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.stress  # two processes and a TCP rendezvous
 def test_sharded_layers_equal_unsharded_in_two_processes():
     mp.spawn(layer_equality, args=(2, f"tcp://127.0.0.1:{free_port()}"), nprocs=2, join=True)
 

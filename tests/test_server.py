@@ -29,6 +29,7 @@ import minimodel as mm
 from minimodel.engine import LLM
 from minimodel.serve import Server
 
+pytestmark = pytest.mark.stress  # threads, sockets, a subprocess, deadlines
 ROOT = Path(__file__).resolve().parents[1]
 NEW = 8  # tokens per answer: short, so that the whole file runs in about a minute
 PROMPTS = [f"{word} number {i}" for i, word in enumerate(
