@@ -729,3 +729,25 @@ def test_python_m_minimodel_serve():
             proc.kill()
             proc.wait()
         proc.stdout.close()
+
+
+def test_a_dead_tensor_parallel_worker_makes_health_503_and_requests_503():
+    """A killed worker closes the tensor-parallel LLM: the request in flight fails, later ones
+    are 503 ("restart the server"), and /health says why instead of "ok"."""
+    with LLM("tiny", device="cpu", num_pages=64, tensor_parallel_size=2) as llm, \
+            Server(llm, model_name="tiny") as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0,
+                               timeout=300)
+        assert client.completions.create(model="tiny", prompt="Hi", max_tokens=2).choices
+        assert httpx.get(server.url + "/health").status_code == 200
+        worker = psutil.Process(llm.runner._procs[0].pid)
+        worker.kill()
+        worker.wait(60)
+        with pytest.raises(openai.APIStatusError) as err:  # the step that meets the dead rank
+            client.completions.create(model="tiny", prompt="Hi", max_tokens=4)
+        assert err.value.status_code in (500, 503), err.value
+        health = httpx.get(server.url + "/health", timeout=60)
+        assert health.status_code == 503 and "closed" in health.json()["reason"]
+        with pytest.raises(openai.APIStatusError) as err:
+            client.completions.create(model="tiny", prompt="Hi", max_tokens=2)
+        assert err.value.status_code == 503 and "restart the server" in err.value.message
