@@ -548,6 +548,8 @@ BAD_CHATS = {
     "an empty role": {"messages": [*CHAT, {"role": "", "content": "hi"}]},
     "top_logprobs past the limit": {"messages": CHAT, "logprobs": True, "top_logprobs": 2**70},
     "n past the limit": {"messages": CHAT, "n": 2**70},
+    "template kwargs the server sets": {"messages": CHAT,
+                                        "chat_template_kwargs": {"tokenize": False}},
 }
 
 

@@ -286,7 +286,7 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None,
     app.router.route_class = _AnswerErrors
     app.state.engine = engine
 
-    async def off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def off_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(tokenizing, lambda: fn(*args, **kwargs))
 
@@ -422,6 +422,10 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None,
         messages = message_dicts(req.messages)
         check_text_length("".join(m["content"] for m in messages), "messages")
         kwargs = dict(req.chat_template_kwargs or {})
+        taken = sorted(kwargs.keys() & {"messages", "add_generation_prompt", "tokenize"})
+        if taken:
+            raise bad_request(f"chat_template_kwargs may not set {', '.join(taken)}: the server "
+                              "sets these itself.", param="chat_template_kwargs")
         thinking = kwargs.pop("enable_thinking", True)
         if req.enable_thinking is not None:
             thinking = req.enable_thinking
