@@ -72,6 +72,14 @@ def test_bad_prompts_name_what_is_wrong(llm, prompts, message):
     assert idle(llm)
 
 
+def test_params_that_are_not_sampling_params_are_refused(llm):
+    with pytest.raises(ValueError, match="params must be a SamplingParams or a list"):
+        llm.generate(["Hello"], "greedy")
+    with pytest.raises(ValueError, match="params must be a SamplingParams"):
+        list(llm.stream("Hello", "greedy"))
+    assert idle(llm)
+
+
 def test_numpy_and_torch_token_ids_are_prompts(llm):
     ids = [9707, 1879, 0]
     expected = llm.generate([ids], greedy())[0].token_ids
@@ -86,10 +94,14 @@ def test_numpy_and_torch_token_ids_are_prompts(llm):
     ({"max_model_len": 10**9}, "longer than the model's context"),
     ({"dtype": "int8"}, "dtype 'int8'"), ({"dtype": torch.int64}, "dtype torch.int64"),
     ({"dtype": "float"}, "dtype 'float'"),
+    ({"device": "bogus"}, "is not a device"), ({"device": "cuda"}, "no CUDA device is visible"),
+    ({"device": "cuda:3"}, "no CUDA device"), ({"device": "meta"}, "'cpu' or 'cuda' only"),
+    ({"kv_cache_bytes": "1GB"}, "kv_cache_bytes must be"), ({"page_size": True}, "page_size"),
+    ({"enforce_eager": "no"}, "enforce_eager must be True or False"),
 ])
 def test_bad_engine_arguments_are_value_errors(kw, message):
     with pytest.raises(ValueError, match=message):
-        LLM("tiny", device="cpu", num_pages=8, **kw)
+        LLM("tiny", **{"device": "cpu", "num_pages": 8, **kw})
 
 
 def test_dtype_names_and_torch_dtypes_both_work():

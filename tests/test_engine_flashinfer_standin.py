@@ -322,6 +322,8 @@ def test_cuda_index_becomes_the_current_device(small_checkpoint, monkeypatch):
         raise Stop
 
     monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a two-GPU machine
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(Stop):
         LLM(checkpoint(small_checkpoint, 2), device="cuda:1", skip_tokenizer_init=True)
     assert calls == [torch.device("cuda:1")]

@@ -78,6 +78,29 @@ def _resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> tor
                      "'bfloat16' or 'float16' (or the torch dtypes).")
 
 
+def _resolve_device(device: torch.device | str | None) -> torch.device:
+    """The device to run on: CUDA when there is one, else the CPU; a ValueError for a name
+    that is no device, or a CUDA device this machine does not have."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {device!r} is not a device; use 'cpu', 'cuda' or 'cuda:N'."
+                         ) from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r}: the engine runs on 'cpu' or 'cuda' only.")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: no CUDA device is visible here (torch "
+                             f"{torch.__version__}, torch.cuda.is_available() is False); use "
+                             "device='cpu'.")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} "
+                             "CUDA device(s), numbered from 0.")
+    return dev
+
+
 def _max_model_len(asked: object, cfg: Qwen3Config) -> int:
     """The context limit: the config's, or a smaller one asked for."""
     most = cfg.max_position_embeddings
@@ -188,11 +211,19 @@ class LLM:
     ) -> None:
         for name, value in (("page_size", page_size), ("max_num_seqs", max_num_seqs),
                             ("max_num_batched_tokens", max_num_batched_tokens)):
-            if not isinstance(value, int) or value < 1:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+        if kv_cache_bytes is not None and (not isinstance(kv_cache_bytes, int) or isinstance(
+                kv_cache_bytes, bool) or kv_cache_bytes < 1):
+            raise ValueError(f"kv_cache_bytes must be None or an integer >= 1 (bytes), got "
+                             f"{kv_cache_bytes!r}.")
+        for name, flag in (("enforce_eager", enforce_eager),
+                           ("skip_tokenizer_init", skip_tokenizer_init)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be True or False, got {flag!r}.")
+        self.device = _resolve_device(device)
         self.folder = resolve_model(model)
         self.cfg = Qwen3Config.from_pretrained(self.folder)
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if self.device.type == "cuda" and self.device.index is not None:
             torch.cuda.set_device(self.device)  # kernels, graph capture and FlashInfer use it
         self.dtype = _resolve_dtype(dtype, self.device)
@@ -212,7 +243,7 @@ class LLM:
         if num_pages is None:
             num_pages = self._pages_from_budget(page_size, max_num_seqs, kv_cache_bytes,
                                                 reserved)
-        elif not isinstance(num_pages, int) or num_pages < 1:
+        elif not isinstance(num_pages, int) or isinstance(num_pages, bool) or num_pages < 1:
             raise ValueError(f"num_pages must be an integer >= 1 or None, got {num_pages!r}.")
         self.kv_cache = KVCache(self.cfg, num_pages + reserved, page_size, self.dtype,
                                 self.device, num_kv_heads=self.model.num_local_heads[1])
@@ -446,6 +477,10 @@ class LLM:
         params = params if params is not None else SamplingParams()
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
+        if not isinstance(params, (list, tuple)) or not all(
+                isinstance(sp, SamplingParams) for sp in params):
+            raise ValueError(f"params must be a SamplingParams or a list of them (one per "
+                             f"prompt), got {params!r:.80}.")
         if len(params) != len(prompts):
             raise ValueError(f"Got {len(prompts)} prompts but {len(params)} SamplingParams.")
         ids = self._add([self._make_sequence(p, sp, False) for p, sp in zip(prompts, params,
