@@ -20,6 +20,9 @@ import minimodel as mm
 from minimodel.engine import LLM
 from minimodel.layers import TPConfigError
 
+pytestmark = pytest.mark.stress  # processes, a TCP rendezvous, signals, deadlines
+ROOT = Path(__file__).resolve().parents[1]
+
 KV_CONFIGS = {  # KV-head counts 1 (replicated on both ranks), 2 and 4
     "kv1": dict(num_attention_heads=4, num_key_value_heads=1, head_dim=16),
     "kv2": dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -102,7 +105,7 @@ def test_bad_sizes_fail_before_any_process(size, kw, message, small_checkpoint, 
     assert not children()
 
 
-def test_close_failure_and_a_second_engine(small_checkpoint):
+def test_close_failure_and_a_second_engine(small_checkpoint, record_property):
     folder = small_checkpoint(**KV_CONFIGS["kv2"])
     prompt, sp = [5, 6, 7], mm.SamplingParams(temperature=0.0, max_new_tokens=4)
     want = LLM(folder, skip_tokenizer_init=True).generate(prompt, sp)[0].token_ids
@@ -116,7 +119,8 @@ def test_close_failure_and_a_second_engine(small_checkpoint):
     t = time.monotonic()
     with pytest.raises(RuntimeError, match="worker rank 1 failed:(.|\n)*boom"):
         second.runner.debug_worker("fail", "boom")
-    assert time.monotonic() - t < 30
+    record_property("failure_reported_s", round(time.monotonic() - t, 2))
+    assert second.runner.closed  # why it is closed: what the server's /health reports
     with pytest.raises(RuntimeError, match="closed"):
         second.generate(prompt, sp)
     second.close()  # idempotent
@@ -125,13 +129,54 @@ def test_close_failure_and_a_second_engine(small_checkpoint):
     assert not children()
 
 
-def test_hung_worker_is_an_error_within_the_timeout(small_checkpoint, monkeypatch):
+def test_hung_worker_is_an_error_within_the_timeout(small_checkpoint, monkeypatch,
+                                                    record_property):
     monkeypatch.setenv("MINIMODEL_TP_TIMEOUT", "5")
     with LLM(small_checkpoint(), tensor_parallel_size=2, skip_tokenizer_init=True) as llm:
         t = time.monotonic()
-        with pytest.raises(RuntimeError, match="hung"):
+        with pytest.raises(RuntimeError, match="hung"):  # not the 120 s the worker sleeps
             llm.runner.debug_worker("hang", 120)
-        assert time.monotonic() - t < 30
+        record_property("hang_reported_s", round(time.monotonic() - t, 2))
+        assert llm.runner.closed
+
+
+def test_a_killed_worker_closes_the_engine_and_says_so(small_checkpoint):
+    with LLM(small_checkpoint(), tensor_parallel_size=2, skip_tokenizer_init=True) as llm:
+        sp = mm.SamplingParams(temperature=0.0, max_new_tokens=3)
+        assert llm.runner.closed is None and llm.generate([1, 2, 3], sp)[0].token_ids
+        worker = psutil.Process(llm.runner._procs[0].pid)
+        worker.kill()
+        worker.wait(120)
+        with pytest.raises(RuntimeError, match="minimodel-tp-rank1|rank 1|worker"):
+            llm.generate([1, 2, 3], sp)
+        assert llm.runner.closed
+        with pytest.raises(RuntimeError, match="closed"):
+            llm.generate([1, 2, 3], sp)
+        assert not llm.has_unfinished_requests()  # the failed step left nothing behind
+
+
+NO_GUARD = """
+import minimodel as mm
+from minimodel.engine import LLM
+
+llm = LLM(%r, tensor_parallel_size=2, skip_tokenizer_init=True)  # no __main__ guard
+print(llm.generate([1, 2, 3], mm.SamplingParams(max_new_tokens=2))[0].token_ids)
+"""
+
+
+def test_a_script_without_a_main_guard_is_told_the_fix(small_checkpoint, tmp_path: Path):
+    script = tmp_path / "no_guard.py"
+    script.write_text(NO_GUARD % str(small_checkpoint()))
+    before = {p.pid for p in psutil.process_iter()}
+    out = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert out.returncode != 0
+    assert 'if __name__ == "__main__":' in out.stderr and "spawn" in out.stderr, out.stderr
+    assert "can only join" not in out.stderr and "AssertionError" not in out.stderr
+    assert "bootstrapping phase" not in out.stderr  # the worker stops before multiprocessing
+    left = [p for p in psutil.process_iter(["name", "cmdline"])
+            if p.pid not in before and str(script) in " ".join(p.info["cmdline"] or [])]
+    assert not left, left
 
 
 SCRIPT = """
@@ -144,11 +189,23 @@ if __name__ == "__main__":
     print("workers", *[p.pid for p in llm.runner._procs], flush=True)
     while True:
         llm.generate([1, 2, 3], mm.SamplingParams(max_new_tokens=8))
+        print("generated", flush=True)
 """
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_ctrl_c_or_killed_parent_leaves_no_worker(sig, small_checkpoint, tmp_path: Path):
+def test_ctrl_c_or_killed_parent_leaves_no_worker(sig, small_checkpoint, tmp_path: Path,
+                                                  record_property):
+    """Waits on events (the "workers" line, then the generate loop's first answers, then the
+    processes' ends) with deadlines of minutes, so that a loaded machine only makes it slower;
+    the seconds are recorded, not asserted."""
     script = tmp_path / "serve.py"
     script.write_text(textwrap.dedent(SCRIPT))
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -156,18 +213,19 @@ def test_ctrl_c_or_killed_parent_leaves_no_worker(sig, small_checkpoint, tmp_pat
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     try:
-        line = proc.stdout.readline()
+        line = proc.stdout.readline()  # the workers are up (or the script died: then b"")
         assert line.startswith("workers"), proc.stderr.read()
         pids = [int(p) for p in line.split()[1:]]
-        time.sleep(1.0)
+        for _ in range(2):  # two generate calls done: a step may well be in flight now
+            assert proc.stdout.readline().startswith("generated"), proc.stderr.read()
+        start = time.monotonic()
         os.killpg(proc.pid, sig)  # as a terminal's Ctrl-C: the whole process group
-        proc.wait(timeout=30)
-        deadline = time.monotonic() + 15
-        while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                  for p in pids) and time.monotonic() < deadline:
+        proc.wait(timeout=300)
+        deadline = time.monotonic() + 300
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not any(psutil.pid_exists(p) and psutil.Process(p).status()
-                       != psutil.STATUS_ZOMBIE for p in pids), "a worker outlived its parent"
+        record_property("all_gone_s", round(time.monotonic() - start, 2))
+        assert not any(_alive(p) for p in pids), "a worker outlived its parent"
         if sig == signal.SIGINT:
             assert "KeyboardInterrupt" in proc.stderr.read()
     finally:

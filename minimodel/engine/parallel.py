@@ -75,6 +75,8 @@ def available_ranks(device: torch.device) -> int:
 def check_size(size: object, cfg: Qwen3Config, device: torch.device) -> int:
     """The tensor-parallel size, checked before any process starts (TPConfigError if bad)."""
     size = check_tensor_parallel_size(size, cfg, device.type, available_ranks(device))
+    if size > 1:
+        _refuse_inside_a_worker()
     if size > 1 and device.type == "cuda" and (device.index or 0) != 0:
         raise TPConfigError("With tensor_parallel_size > 1, rank r runs on cuda:r; pass "
                             "device='cuda' (or 'cuda:0').")
@@ -109,8 +111,24 @@ def _pg_backend(device_type: str) -> str:
 _OPEN: weakref.WeakSet[ParallelRunner] = weakref.WeakSet()
 
 
+GUARD_HINT = (
+    "Each worker process starts by importing the main script again (multiprocessing's spawn), "
+    "so a script that makes LLM(tensor_parallel_size > 1) must do it under "
+    '`if __name__ == "__main__":`; otherwise every worker would start workers of its own.')
+
+
+def _refuse_inside_a_worker() -> None:
+    """A worker that, while it imports the main script, meets the script's own
+    LLM(tensor_parallel_size=N) stops there, saying why, instead of starting workers."""
+    # spawn names the child before it imports the main script: the name is already ours
+    if mp.current_process().name.startswith("minimodel-tp-rank"):
+        raise RuntimeError(f"A tensor-parallel worker was asked to start workers: {GUARD_HINT}")
+
+
 def _stop_processes(procs: list, grace_s: float = 10.0) -> None:
-    """Join, then terminate, then kill: no worker outlives this."""
+    """Join, then terminate, then kill: no worker outlives this (and one that never started
+    needs nothing)."""
+    procs = [p for p in procs if p.pid is not None]
     deadline = time.monotonic() + grace_s
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
@@ -128,6 +146,7 @@ class ParallelRunner(ModelRunner):
 
     def __init__(self, model: Qwen3ForCausalLM, kv_cache: KVCache, backend_name: str,
                  dtype: torch.dtype, spec: WorkerSpec) -> None:
+        _refuse_inside_a_worker()
         super().__init__(model, kv_cache, backend_name, dtype)
         for other in list(_OPEN):
             warnings.warn("Another tensor-parallel LLM is open in this process; closing it "
@@ -168,9 +187,12 @@ class ParallelRunner(ModelRunner):
                 kind, rank, text = self._errors.get(timeout=0.2)
             except queue.Empty:
                 dead = [p for p in self._procs if p.exitcode is not None]
-                if dead:
-                    raise RuntimeError(f"Tensor-parallel worker {dead[0].name} exited with code "
-                                       f"{dead[0].exitcode} while starting.") from None
+                if dead:  # before it could say why: while it imported the main script
+                    raise RuntimeError(
+                        f"Tensor-parallel worker {dead[0].name} exited with code "
+                        f"{dead[0].exitcode} while starting, before it reached the engine "
+                        f"(its traceback is above). The most likely cause: {GUARD_HINT}"
+                    ) from None
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"Tensor-parallel workers were not ready within "
                                        f"{STARTUP_TIMEOUT_S:.0f} s.") from None
