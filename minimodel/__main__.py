@@ -9,18 +9,21 @@ import platform
 import sys
 from pathlib import Path
 
+from minimodel.cli_types import device, int_at_least, port, positive_int
+
 DEFAULT_MODEL = os.environ.get("MINIMODEL_MODEL", "bard")
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="bard (default), tiny, random:<shape>, folder, repo id")
-    p.add_argument("--device", default="cuda" if _cuda() else "cpu")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--device", type=device, default="cuda" if _cuda() else "cpu",
+                   help="cpu, cuda or cuda:N")
+    p.add_argument("--max-new-tokens", type=int_at_least(0), default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0, help="0 = off")
+    p.add_argument("--top-k", type=int_at_least(0), default=0, help="0 = off")
     p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=int_at_least(0), default=None)
 
 
 def _cuda() -> bool:
@@ -41,7 +44,7 @@ def _llm(args: argparse.Namespace):
 
     from minimodel.engine import LLM
 
-    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     return LLM(args.model, device=args.device, dtype=dtype)
 
 
@@ -85,7 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from minimodel.engine import LLM
     from minimodel.serve import serve
 
-    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     with LLM(args.model, device=args.device, dtype=dtype, max_num_seqs=args.max_num_seqs,
              num_pages=args.num_pages, tensor_parallel_size=args.tensor_parallel_size) as llm:
         name = args.served_model_name or args.model
@@ -145,9 +148,16 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from minimodel.grading.notebooks import grade, score_table
+    from minimodel.grading.notebooks import GradingError, grade, score_table
 
-    report = grade(Path(args.path))
+    if not Path(args.path).exists():
+        raise FileNotFoundError(f"{args.path} does not exist: give a notebook or a folder of "
+                                "notebooks.")
+    try:
+        report = grade(Path(args.path))
+    except GradingError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
     else:
@@ -159,6 +169,9 @@ def cmd_exercises(args: argparse.Namespace) -> int:
     from minimodel.grading.notebooks import sync_exercises
 
     root = Path(args.root)
+    if not (root / "solutions").is_dir():
+        raise FileNotFoundError(f"{root} has no solutions/ folder: --root must be the course "
+                                "folder (the one that holds solutions/ and exercises/).")
     changed = sync_exercises(root / "solutions", root / "exercises", check_only=args.check)
     for path in changed:
         print(("out of date: " if args.check else "wrote ") + str(path))
@@ -187,20 +200,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (streaming, /v1/...)")
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="bard (default), tiny, random:<shape>, folder, repo id")
-    p.add_argument("--device", default="cuda" if _cuda() else "cpu")
+    p.add_argument("--device", type=device, default="cuda" if _cuda() else "cpu",
+                   help="cpu, cuda or cuda:N")
     p.add_argument("--host", default="127.0.0.1",
                    help="127.0.0.1 (default: this machine only); 0.0.0.0 opens it to the network")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=port, default=8000)
     p.add_argument("--api-key", default=None,
                    help="require 'Authorization: Bearer KEY' on /v1 (default: no key)")
     p.add_argument("--served-model-name", default=None,
                    help="the model name clients send (default: --model)")
-    p.add_argument("--max-num-seqs", type=int, default=64, help="requests decoded at once")
-    p.add_argument("--num-pages", type=int, default=None,
+    p.add_argument("--max-num-seqs", type=positive_int, default=64,
+                   help="requests decoded at once")
+    p.add_argument("--num-pages", type=positive_int, default=None,
                    help="KV pages (default: sized from memory, 1 GiB on a CPU)")
-    p.add_argument("--tensor-parallel-size", type=int, default=1,
+    p.add_argument("--tensor-parallel-size", type=positive_int, default=1,
                    help="processes that split the model (chapter 10)")
-    p.add_argument("--max-requests", type=int, default=256,
+    p.add_argument("--max-requests", type=positive_int, default=256,
                    help="requests held at once (running + waiting); more get HTTP 429")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])
@@ -224,17 +239,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["bench"]:  # the benchmark parses its own options
-        from minimodel.bench import main as bench_main
+def _explain(err: BaseException) -> str:
+    """One line for a user's error; a file error in the cache folder says how to move it."""
+    from minimodel.hub import minimodel_home
 
-        return bench_main(argv[1:]) or 0
-    args = build_parser().parse_args(argv)
+    text = str(err) if not isinstance(err, KeyError) else str(err.args[0] if err.args else err)
+    if isinstance(err, OSError):
+        home = minimodel_home()
+        name = Path(err.filename) if err.filename else None
+        if name is not None and (name == home or home in name.parents):
+            text += (f" (the cache folder is {home}: set MINIMODEL_HOME to a folder you can "
+                     "write)")
+    return " ".join(text.split())  # one line
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a command; a user's error is one line `error: ...` on stderr and exit status 2."""
+    argv = sys.argv[1:] if argv is None else argv
     try:
+        if argv[:1] == ["bench"]:  # the benchmark parses its own options
+            from minimodel.bench import main as bench_main
+
+            return bench_main(argv[1:]) or 0
+        args = build_parser().parse_args(argv)
         return args.func(args)
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ValueError, OSError, KeyError) as e:  # bad values, files, models, folders
+        print(f"error: {_explain(e)}", file=sys.stderr)
         return 2
 
 

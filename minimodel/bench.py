@@ -548,35 +548,41 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from minimodel.cli_types import int_at_least, names, positive_int
+
     p = argparse.ArgumentParser(prog="python -m minimodel bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="random:qwen3-0.6b")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--dtype", default=None,
+    p.add_argument("--dtype", default=None, type=names(("float32", "bfloat16", "float16")),
                    help="float32, bfloat16 or both comma-separated (default: both on CPU, "
                         "bfloat16 on CUDA)")
-    p.add_argument("--workloads", default="A,B,C", help="comma-separated from A,B,C (and N on "
+    p.add_argument("--workloads", default="A,B,C", type=names(("A", "B", "C", "N"), upper=True),
+                   help="comma-separated from A,B,C (and N on "
                    "CUDA, added by default there)")
     p.add_argument("--out", default=None, help="JSON path (default build/bench.json, with --card "
                    "build/bench-card.json); the PNG goes next to it")
     p.add_argument("--systems", default="engine,transformers,reference",
+                   type=names(("engine", "transformers", "reference")),
                    help="which systems to run (to rerun one of them)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    p.add_argument("--page-size", type=int, default=16)
-    p.add_argument("--a-requests", type=int, default=16, help="requests in workload A")
-    p.add_argument("--c-tokens", type=int, default=256,
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch threads (default: torch's)")
+    p.add_argument("--page-size", type=positive_int, default=16)
+    p.add_argument("--a-requests", type=positive_int, default=16, help="requests in workload A")
+    p.add_argument("--c-tokens", type=positive_int, default=256,
                    help="new tokens in workload C; the no-cache loop is slow on CPU, shrink "
                         "it to save time (the printed results say so)")
-    p.add_argument("--repeats", type=int, default=2,
+    p.add_argument("--repeats", type=positive_int, default=2,
                    help="runs of B and of the engine's C; the best is kept (shared machines "
                         "are noisy). A and the no-cache loop run once")
     p.add_argument("--card", action="store_true",
                    help="only the benchmark card: measured bandwidth and matmul peak, the batch-1 "
                         "decode ceiling, and what the engine reaches against both")
-    p.add_argument("--card-prompt", type=int, default=128, help="card: decode prompt length")
-    p.add_argument("--card-decode-tokens", type=int, default=None,
+    p.add_argument("--card-prompt", type=positive_int, default=128,
+                   help="card: decode prompt length")
+    p.add_argument("--card-decode-tokens", type=int_at_least(2), default=None,
                    help="card: new tokens of the decode run (default 32 on CPU, 256 on CUDA)")
-    p.add_argument("--card-prefill-tokens", type=int, default=None,
+    p.add_argument("--card-prefill-tokens", type=positive_int, default=None,
                    help="card: prompt length of the prefill run (default 256 on CPU, 2048 on "
                         "CUDA)")
     p.add_argument("--no-plot", action="store_true")
@@ -591,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: torch sees no CUDA device.")
+        raise ValueError("--device cuda: torch sees no CUDA device; use --device cpu.")
     if args.threads:
         torch.set_num_threads(args.threads)
     dtypes = (args.dtype or ("bfloat16" if args.device == "cuda" else "float32,bfloat16"))

@@ -98,8 +98,25 @@ class Qwen3Config:
             "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
         ):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
+        for name in ("rms_norm_eps", "rope_theta"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not (
+                    0 < value < float("inf")):
+                raise ConfigError(f"{name} must be a positive number, got {value!r}.")
+        for name in ("tie_word_embeddings", "attention_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}.")
+        if not isinstance(self.torch_dtype, str):
+            raise ConfigError(f"torch_dtype must be a string such as 'bfloat16', got "
+                              f"{self.torch_dtype!r}.")
+        for name in ("bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            ids = value if isinstance(value, list) else [] if value is None else [value]
+            if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+                raise ConfigError(f"{name} must be a token id, a list of them or null, got "
+                                  f"{value!r}.")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError(
                 f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
@@ -113,8 +130,6 @@ class Qwen3Config:
             )
         if self.hidden_act != "silu":
             raise ConfigError(f"hidden_act must be 'silu' for Qwen3, got {self.hidden_act!r}.")
-        if self.rope_theta <= 0:
-            raise ConfigError(f"rope_theta must be positive, got {self.rope_theta}.")
 
     # --- (de)serialisation ----------------------------------------------------------------
     @classmethod
@@ -124,6 +139,8 @@ class Qwen3Config:
         Real Qwen3 checkpoints write `rope_theta` and `torch_dtype` at the top level;
         transformers 5 `save_pretrained` writes `rope_parameters` and `dtype`.
         """
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config.json must hold a JSON object, got {type(raw).__name__}.")
         model_type = raw.get("model_type")
         if model_type != "qwen3":
             archs = raw.get("architectures") or []
@@ -133,6 +150,9 @@ class Qwen3Config:
             )
         data = dict(raw)
         rope = data.get("rope_parameters") or data.get("rope_scaling") or {}
+        if not isinstance(rope, dict):
+            raise ConfigError(f"rope_parameters / rope_scaling must be a JSON object or null, "
+                              f"got {rope!r}.")
         if "rope_theta" not in data and "rope_theta" in rope:
             data["rope_theta"] = rope["rope_theta"]
         rope_type = rope.get("rope_type", rope.get("type", "default"))
@@ -142,8 +162,10 @@ class Qwen3Config:
             )
         if "torch_dtype" not in data and "dtype" in data:
             data["torch_dtype"] = data["dtype"]
-        if data.get("head_dim") is None and "hidden_size" in data and "num_attention_heads" in data:
-            data["head_dim"] = data["hidden_size"] // data["num_attention_heads"]
+        hidden, heads = data.get("hidden_size"), data.get("num_attention_heads")
+        if data.get("head_dim") is None and isinstance(hidden, int) and isinstance(heads, int) \
+                and heads > 0:
+            data["head_dim"] = hidden // heads
         if data.get("num_key_value_heads") is None:
             data["num_key_value_heads"] = data.get("num_attention_heads")
         known = {f.name for f in fields(cls)}
@@ -162,9 +184,12 @@ class Qwen3Config:
             raise ConfigError(f"{folder} has no config.json; is it a Hugging Face model folder?")
         try:
             raw = json.loads(file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ConfigError(f"{file} is not valid JSON: {e}") from e
-        return cls.from_dict(raw)
+        try:
+            return cls.from_dict(raw)
+        except ConfigError as e:
+            raise ConfigError(f"{file}: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """A config.json dict in the real Qwen3 dialect, loadable by transformers."""

@@ -553,8 +553,14 @@ class Tokenizer:
         model = _read_json(folder / "config.json") or {}
         eos = generation.get("eos_token_id")
         eos_ids = None if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        try:
+            backend = HFTokenizer.from_file(str(tokenizer_json))
+        except Exception as err:  # the Rust library raises plain Exceptions for a bad file
+            raise ValueError(f"{tokenizer_json} is not a valid tokenizer.json ({err}); restore "
+                             "it (download the model again) or delete it to use Qwen3's own "
+                             "tokenizer.") from None
         return cls(
-            HFTokenizer.from_file(str(tokenizer_json)),
+            backend,
             config,
             eos_token_ids=eos_ids,
             model_vocab_size=model.get("vocab_size"),
@@ -700,10 +706,20 @@ class Tokenizer:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from a file, None if there is no file; a ValueError naming the file if it
+    is not a JSON object."""
     if not path.is_file():
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); restore the file (download it "
+                         "again) or delete it.") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}; restore "
+                         "the file (download it again) or delete it.")
+    return data
 
 
 def _looks_like_path(path: str | os.PathLike[str]) -> bool:

@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.stress  # every test runs the command line in a process of its own
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "minimodel", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+
+
+def one_line_error(out: subprocess.CompletedProcess) -> str:
+    """A user's error: a non-zero exit and one line on stderr (argparse's usage errors: the
+    usage, then one line), never a traceback."""
+    assert out.returncode != 0, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "error:" in line]
+    assert len(errors) == 1, out.stderr
+    return errors[0]
 
 
 def test_generate_streams_text_from_tiny():
@@ -58,3 +74,65 @@ def test_bench_takes_its_own_options():
     out = run("bench", "--help")
     assert out.returncode == 0, out.stderr
     assert "--dtype" in out.stdout and "--workloads" in out.stdout
+
+
+@pytest.mark.parametrize("args, says", [
+    (["generate", "--model", "tiny", "--device", "bogus", "hi"], "not a device"),
+    (["generate", "--model", "tiny", "--device", "cuda", "hi"], "no CUDA device"),
+    (["generate", "--model", "tiny", "--max-new-tokens", "-3", "hi"], ">= 0"),
+    (["generate", "--model", "tiny", "--seed", "-1", "hi"], ">= 0"),
+    (["generate", "--model", "tiny", "--temperature", "-1", "hi"], "temperature"),
+    (["serve", "--model", "tiny", "--port", "99999"], "0..65535"),
+    (["serve", "--model", "tiny", "--max-requests", "0"], ">= 1"),
+    (["bench", "--page-size", "0"], ">= 1"),
+    (["bench", "--threads", "-1"], ">= 1"),
+    (["bench", "--a-requests", "-1"], ">= 1"),
+    (["bench", "--dtype", "int8"], "unknown int8"),
+    (["bench", "--workloads", "Z"], "unknown Z"),
+    (["bench", "--systems", "nope"], "unknown nope"),
+    (["bench", "--model", "nosuch", "--workloads", "B", "--systems", "engine"], "Unknown model"),
+    (["exercises", "--root", "/nonexistent", "--check"], "no solutions/ folder"),
+    (["grade", "/nonexistent.ipynb"], "does not exist"),
+])
+def test_user_errors_are_one_line_and_a_non_zero_exit(args, says):
+    line = one_line_error(run(*args))
+    assert says in line, line
+
+
+def test_bench_out_under_a_file_is_one_line(tmp_path: Path):
+    (tmp_path / "file").write_text("x")
+    line = one_line_error(run("bench", "--model", "tiny", "--workloads", "B", "--systems",
+                              "engine", "--dtype", "float32", "--out",
+                              str(tmp_path / "file" / "b.json"), "--no-plot", "--quiet"))
+    assert "file" in line
+
+
+@pytest.mark.parametrize("kind", ["under a file", "unwritable"])
+def test_a_cache_folder_that_cannot_be_written_says_how_to_move_it(tmp_path: Path, kind):
+    if kind == "under a file":
+        (tmp_path / "file").write_text("x")
+        home = tmp_path / "file" / "cache"
+    elif os.geteuid() == 0:  # root writes in any folder of its own, but not in sysfs
+        home = Path("/sys/minimodel-cache")
+    else:
+        home = tmp_path / "locked"
+        home.mkdir(mode=0o500)
+    line = one_line_error(run("generate", "--model", "tiny", "hi",
+                              env={"MINIMODEL_HOME": str(home)}))
+    assert "MINIMODEL_HOME" in line
+
+
+DYING = {"cells": [{"cell_type": "code", "execution_count": None, "id": "a", "metadata": {},
+                    "outputs": [], "source": "import os\nos._exit(3)"}],
+         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                     "language": "python"}},
+         "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_grading_a_notebook_whose_kernel_dies_is_one_line(tmp_path: Path):
+    import json
+
+    nb = tmp_path / "dies.ipynb"
+    nb.write_text(json.dumps(DYING))
+    line = one_line_error(run("grade", str(nb)))
+    assert "kernel died" in line

@@ -15,6 +15,10 @@ STUB = 'raise NotImplementedError("your code here")'
 RESULTS_MARK = "MINIMODEL-GRADE-RESULTS:"
 
 
+class GradingError(RuntimeError):
+    """A notebook could not be graded: its kernel died, or it never reached the end."""
+
+
 def strip_solution(source: str) -> str:
     """Replace every BEGIN/END SOLUTION region with a NotImplementedError stub (same indent)."""
     if source.count(BEGIN) != source.count(END):
@@ -63,20 +67,29 @@ def grade_notebook(path: Path, timeout: int = 600) -> list[dict]:
     """Execute one notebook and return the results of every check() it ran."""
     import nbformat
     from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
 
-    nb = nbformat.read(str(path), as_version=4)
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+    except (OSError, ValueError) as err:  # not there, not JSON, not a notebook
+        raise GradingError(f"{path}: cannot read it as a notebook ({err}).") from None
     nb.cells.append(nbformat.v4.new_code_cell(
         "import json as _json, minimodel.grading as _g\n"
         f"print({RESULTS_MARK!r} + _json.dumps([r.to_dict() for r in _g.results_log()]))"
     ))
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             allow_errors=True, resources={"metadata": {"path": str(path.parent)}})
-    client.execute()
+    try:
+        client.execute()
+    except DeadKernelError as err:
+        raise GradingError(f"{path}: the notebook's kernel died while it ran ({err}); run it "
+                           "in Jupyter to see which cell ends the process (memory, os._exit, a "
+                           "crash), fix that cell and grade again.") from None
     for output in nb.cells[-1].get("outputs", []):
         for line in output.get("text", "").splitlines():
             if line.startswith(RESULTS_MARK):
                 return json.loads(line[len(RESULTS_MARK):])
-    raise RuntimeError(f"{path}: the notebook did not finish, so no results were collected")
+    raise GradingError(f"{path}: the notebook did not finish, so no results were collected")
 
 
 def grade(path: Path) -> dict[str, list[dict]]:

@@ -1,0 +1,63 @@
+"""Argument types of the command line (`python -m minimodel ...` and `... bench`).
+
+Each one turns a string into a value or raises argparse.ArgumentTypeError with what was wrong,
+so that a bad argument is one line of usage error (exit 2) before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An integer >= low."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+positive_int = int_at_least(1)
+
+
+def port(text: str) -> int:
+    """A TCP port, 0..65535 (0: any free port)."""
+    value = int_at_least(0)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
+    return value
+
+
+def device(text: str) -> str:
+    """'cpu', 'cuda' or 'cuda:N' (whether CUDA is there is checked when the engine starts)."""
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device; use cpu, cuda or cuda:N")
+    return text
+
+
+def names(valid: tuple[str, ...], upper: bool = False) -> Callable[[str], str]:
+    """A comma-separated list of names, each one of `valid` (given back comma-separated)."""
+
+    def parse(text: str) -> str:
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        if upper:
+            items = [item.upper() for item in items]
+        unknown = [item for item in items if item not in valid]
+        if not items or unknown:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {'unknown ' + ', '.join(unknown) if unknown else 'empty'}; choose "
+                f"from {','.join(valid)} (comma-separated)")
+        return ",".join(items)
+
+    parse.__name__ = "list"
+    return parse
