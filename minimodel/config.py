@@ -20,6 +20,22 @@ class ConfigError(ValueError):
     """A config.json that is not a usable Qwen3 config."""
 
 
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A checkpoint's side file (tokenizer_config.json, generation_config.json) as a dict; None
+    if there is no such file; a ValueError naming the file if it is not a JSON object."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); restore the file (download it "
+                         "again) or delete it.") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}; restore "
+                         "the file (download it again) or delete it.")
+    return data
+
+
 @dataclass(frozen=True)
 class Qwen3Config:
     """Shapes and constants of a Qwen3 dense model.

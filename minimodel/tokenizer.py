@@ -29,6 +29,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from minimodel.config import read_json_object
+
 __all__ = [
     "QWEN3_CHAT_TEMPLATE",
     "QWEN3_SPECIAL_TOKENS",
@@ -546,11 +548,11 @@ class Tokenizer:
         tokenizer_json = Path(tokenizer_file) if tokenizer_file else folder / "tokenizer.json"
         if not tokenizer_json.is_file():
             raise FileNotFoundError(f"{folder} has no tokenizer.json")
-        config = _read_json(folder / "tokenizer_config.json")
+        config = read_json_object(folder / "tokenizer_config.json")
         if config is None and tokenizer_file:
-            config = _read_json(Path(tokenizer_file).parent / "tokenizer_config.json")
-        generation = _read_json(folder / "generation_config.json") or {}
-        model = _read_json(folder / "config.json") or {}
+            config = read_json_object(Path(tokenizer_file).parent / "tokenizer_config.json")
+        generation = read_json_object(folder / "generation_config.json") or {}
+        model = read_json_object(folder / "config.json") or {}
         eos = generation.get("eos_token_id")
         eos_ids = None if eos is None else ([eos] if isinstance(eos, int) else list(eos))
         try:
@@ -703,23 +705,6 @@ class Tokenizer:
             **variables,
         )
         return self.encode(text) if tokenize else text
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object from a file, None if there is no file; a ValueError naming the file if it
-    is not a JSON object."""
-    if not path.is_file():
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); restore the file (download it "
-                         "again) or delete it.") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}; restore "
-                         "the file (download it again) or delete it.")
-    return data
 
 
 def _looks_like_path(path: str | os.PathLike[str]) -> bool:

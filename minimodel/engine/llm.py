@@ -8,7 +8,6 @@ The engine loop is `step()`: schedule -> run -> postprocess -> collect finished.
 
 from __future__ import annotations
 
-import json
 import operator
 import os
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from minimodel.config import Qwen3Config
+from minimodel.config import Qwen3Config, read_json_object
 from minimodel.engine import cuda_graph, parallel
 from minimodel.engine.attention import select_backend
 from minimodel.engine.detokenizer import IncrementalDetokenizer
@@ -118,15 +117,8 @@ def _eos_token_ids(folder: Path, cfg: Qwen3Config) -> set[int]:
     """EOS ids from generation_config.json when present (Qwen3: two of them), else config."""
     eos = cfg.eos_token_id
     file = folder / "generation_config.json"
-    if file.is_file():
-        try:
-            raw = json.loads(file.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"{file} is not valid JSON ({err}); fix or delete it (the EOS ids "
-                             "then come from config.json).") from None
-        if not isinstance(raw, dict):
-            raise ValueError(f"{file} must hold a JSON object, got {type(raw).__name__}; fix or "
-                             "delete it.")
+    raw = read_json_object(file)
+    if raw is not None:
         eos = raw.get("eos_token_id", eos)
     ids = [] if eos is None else [eos] if isinstance(eos, int) else eos
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
