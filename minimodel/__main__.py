@@ -82,12 +82,26 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_can_listen(host: str, port: int) -> None:
+    """An address the server could not listen on is an error before the model loads."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+            probe.bind((host, port))
+    except OSError as err:
+        raise ValueError(f"cannot listen on {host}:{port} ({err.strerror or err}); pick another "
+                         "--port, or a --host of this machine.") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import torch
 
     from minimodel.engine import LLM
     from minimodel.serve import serve
 
+    _check_can_listen(args.host, args.port)
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     with LLM(args.model, device=args.device, dtype=dtype, max_num_seqs=args.max_num_seqs,
              num_pages=args.num_pages, tensor_parallel_size=args.tensor_parallel_size) as llm:

@@ -136,3 +136,14 @@ def test_grading_a_notebook_whose_kernel_dies_is_one_line(tmp_path: Path):
     nb.write_text(json.dumps(DYING))
     line = one_line_error(run("grade", str(nb)))
     assert "kernel died" in line
+
+
+def test_serve_on_a_port_in_use_is_one_line_before_the_model_loads():
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        line = one_line_error(run("serve", "--model", "tiny", "--port",
+                                  str(busy.getsockname()[1])))
+    assert "cannot listen" in line and "--port" in line
