@@ -18,9 +18,11 @@ Lifecycle: `LLM.close()` (or leaving a `with` block) stops the workers; they are
 (they end with the parent) and also exit on their own when the parent disappears. A worker
 that raises sends its traceback to rank 0, which raises RuntimeError naming it; a worker that
 hangs makes rank 0's next collective fail after `MINIMODEL_TP_TIMEOUT` seconds (default 120).
-After such an error, or Ctrl-C inside a step, the engine is closed: make a new one. Only one
-tensor-parallel engine can be open per process (torch.distributed has one default group):
-opening a second one closes the first, with a warning.
+After such an error, or Ctrl-C inside a step, the engine is closed: make a new one;
+`llm.runner.closed` says why (None while the engine can serve, as with one process; a worker
+that died between steps shows there at once). Only one tensor-parallel engine can be open
+per process (torch.distributed has one default group): opening a second one closes the first,
+with a warning.
 
 Threads: each rank uses torch.get_num_threads() // N threads (at least one), so N ranks use the
 cores that one rank would; rank 0 (this process) is set to that while the engine is open.
@@ -154,7 +156,7 @@ class ParallelRunner(ModelRunner):
                           stacklevel=3)
             other.close(reason="another tensor-parallel LLM was opened in this process")
         self.spec = spec
-        self.closed: str | None = None  # why, once closed
+        self._closed: str | None = None  # why, once closed (see the `closed` property)
         self._threads = torch.get_num_threads()
         torch.set_num_threads(spec.threads)
         ctx = mp.get_context("spawn")
@@ -207,10 +209,39 @@ class ParallelRunner(ModelRunner):
     def _send(self, *command: object) -> None:
         dist.broadcast_object_list([command], src=0, group=self._control)
 
+    # --- can it still serve? ------------------------------------------------------------
+
+    @property
+    def closed(self) -> str | None:
+        """Why this engine can run no more steps, or None while it can.
+
+        Once closed: the reason it was closed. Before that, a worker that has already died
+        (killed, out of memory) is reported too, so that a health check sees it at once and
+        not only when the next step fails; that next step then closes the engine."""
+        if self._closed is None:
+            dead = self._dead_workers()
+            if dead:
+                return f"tensor-parallel worker {dead[0].name} exited with code " \
+                       f"{dead[0].exitcode}"
+        return self._closed
+
+    @closed.setter
+    def closed(self, reason: str | None) -> None:
+        # ModelRunner.__init__ sets None; tests may set a reason to fake a closed engine
+        self._closed = reason
+
+    def _dead_workers(self) -> list:
+        """Workers that have exited (poll only: safe to call from another thread)."""
+        return [p for p in getattr(self, "_procs", []) if p.pid is not None
+                and p.exitcode is not None]
+
     def _guarded(self, fn, *args):
-        if self.closed:
-            raise RuntimeError(f"This tensor-parallel LLM is closed ({self.closed}); make a new "
-                               "one.")
+        if self._closed is None and self._dead_workers():
+            # a worker died between steps: close now, explaining which one and how
+            raise self._failure(RuntimeError("a worker exited between steps"))
+        if self._closed:
+            raise RuntimeError(f"This tensor-parallel LLM is closed ({self._closed}); make a "
+                               "new one.")
         try:
             return fn(*args)
         except KeyboardInterrupt:
@@ -249,15 +280,18 @@ class ParallelRunner(ModelRunner):
     def _failure(self, exc: BaseException) -> RuntimeError:
         """Close the engine and explain which worker failed and how."""
         detail = None
+        # A worker that raised has put its traceback on the queue (and flushed it) before it
+        # exits, so once the queue is empty there is nothing more to wait for: either nobody
+        # died (a hang, or a failure on rank 0 itself) or a worker died without a word
+        # (killed by a signal), which its exit code tells below.
         deadline = time.monotonic() + 5.0
         while detail is None and time.monotonic() < deadline:
             try:
-                kind, rank, text = self._errors.get(timeout=0.2)
+                kind, rank, text = self._errors.get(timeout=1.0)
                 if kind == "error":
                     detail = f"Tensor-parallel worker rank {rank} failed:\n{text}"
             except queue.Empty:
-                if all(p.exitcode is None for p in self._procs):
-                    break  # nobody died: a hang (or a failure on rank 0 itself)
+                break
         if detail is None:
             dead = [p for p in self._procs if p.exitcode is not None]
             if dead:
@@ -267,14 +301,15 @@ class ParallelRunner(ModelRunner):
                 detail = (f"A collective failed on rank 0 ({type(exc).__name__}: {exc}); a "
                           f"worker that does not answer within {timeout_s():.0f} s "
                           "(MINIMODEL_TP_TIMEOUT) counts as hung.")
-        self.close(reason="a worker failed", graceful=False)
+        # the reason kept is the detail's first line, e.g. "... worker rank 1 failed:"
+        self.close(reason=detail.splitlines()[0].rstrip(":"), graceful=False)
         return RuntimeError(detail + "\nThe engine is closed; make a new LLM.")
 
     def close(self, reason: str = "closed", graceful: bool = True) -> None:
         """Stop the workers and leave the process group (idempotent)."""
-        if self.closed:
+        if self._closed:
             return
-        self.closed = reason
+        self._closed = reason
         self._shutdown(graceful)
 
     def _shutdown(self, graceful: bool) -> None:

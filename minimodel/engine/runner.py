@@ -36,8 +36,9 @@ class ModelRunner:
         self.backend = BACKENDS[backend_name](kv_cache, num_heads, dtype)
         self.sampler = Sampler(self.device)
         self.graphs = None  # a CUDAGraphRunner once `capture_cuda_graphs` ran
-        # Why this runner can run no more steps, or None. One process never closes; the
-        # tensor-parallel runner does when a worker fails (the server's /health reads it).
+        # Can this LLM still serve? `llm.runner.closed` is None while it can, else why not.
+        # One process never closes; the tensor-parallel runner (engine/parallel.py) does when
+        # a worker fails, hangs or dies (the server's /health reads it).
         self.closed: str | None = None
 
     def close(self) -> None:
