@@ -77,8 +77,23 @@ BARD_SHA256 = "9caea7ba13f6f705e05bb474f7584cff785767527b66d38c9e2756ea011d83f1"
 
 
 def minimodel_home() -> Path:
-    """The cache folder: $MINIMODEL_HOME, or ~/.cache/minimodel."""
-    return Path(os.environ.get("MINIMODEL_HOME", Path.home() / ".cache" / "minimodel"))
+    """The cache folder: $MINIMODEL_HOME, or ~/.cache/minimodel (also when it is set empty)."""
+    return Path(os.environ.get("MINIMODEL_HOME") or Path.home() / ".cache" / "minimodel")
+
+
+def cache_write_error(err: OSError) -> OSError:
+    """The same kind of OSError as `err`, saying that the cache folder cannot be written and
+    how to move it (a read-only home, a MINIMODEL_HOME under a regular file, a full disk)."""
+    home = minimodel_home()
+    file = next((p for p in (home, *home.parents) if p.exists() and not p.is_dir()), None)
+    if file is not None:
+        why = f"{file} is a file, not a folder"
+    else:
+        why = (err.strerror or str(err)) + (f" ({err.filename})" if err.filename else "")
+    new = type(err)(f"cannot write the cache folder {home}: {why}. Set MINIMODEL_HOME to a "
+                    "folder you can write (e.g. MINIMODEL_HOME=/tmp/minimodel) and try again.")
+    new.errno = err.errno
+    return new
 
 
 def tensor_shapes(cfg: Qwen3Config) -> dict[str, tuple[int, ...]]:
@@ -178,8 +193,11 @@ def _build_once(name: str, build, version: str = BUILD_VERSION) -> Path:
     stamp = target / _STAMP
     if stamp.is_file() and stamp.read_text().strip() == version:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    try:  # where an unusable cache folder shows first
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    except OSError as err:
+        raise cache_write_error(err) from None
     try:
         build(tmp)
         (tmp / _STAMP).write_text(version + "\n")
@@ -233,10 +251,11 @@ def _download(repo_id: str) -> Path:
         raise FileNotFoundError(
             f"Cannot download {repo_id!r}: the Hugging Face hub is not reachable from this machine "
             f"and the model is not in the local cache. On a machine with internet run\n"
-            f"    huggingface-cli download {repo_id}\n"
-            f"(or python -c \"import minimodel; minimodel.resolve_model('{repo_id}')\") and copy "
-            f"the folder here, then pass its path: resolve_model('/path/to/folder'). Offline, use "
-            f"'bard', 'tiny' or 'random:qwen3-0.6b'."
+            f"    hf download {repo_id} --local-dir {repo_id.split('/')[-1]}\n"
+            f"(older huggingface_hub: huggingface-cli download {repo_id}), copy the folder here "
+            f"and pass its path as the model (--model /path/to/folder, or "
+            f"resolve_model('/path/to/folder')). Offline, use 'bard', 'tiny' or "
+            f"'random:qwen3-0.6b'."
         )
     try:
         return Path(snapshot_download(repo_id, allow_patterns=HF_ALLOW_PATTERNS))

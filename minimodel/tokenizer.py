@@ -184,7 +184,7 @@ _BUILD_VERSION = "qwen3-tokenizer-3"
 
 def _minimodel_home() -> Path:
     """The cache folder: $MINIMODEL_HOME, or ~/.cache/minimodel (as `minimodel.hub`)."""
-    return Path(os.environ.get("MINIMODEL_HOME", Path.home() / ".cache" / "minimodel"))
+    return Path(os.environ.get("MINIMODEL_HOME") or Path.home() / ".cache" / "minimodel")
 
 
 def _tiktoken_ranks_file() -> Path:
@@ -387,6 +387,13 @@ def _cached_tokenizer_dir() -> Path:
         and config_json.is_file()
     )
     if not fresh:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=folder).close()  # unwritable: say so before building
+        except OSError as err:
+            from minimodel.hub import cache_write_error
+
+            raise cache_write_error(err) from None
         _write_atomic(tokenizer_json, _build_tokenizer_json().encode("utf-8"))
         _write_atomic(config_json, _config_bytes())
         _write_atomic(stamp, (_BUILD_VERSION + "\n").encode("utf-8"))

@@ -71,3 +71,23 @@ def test_a_corrupt_tokenizer_side_file_names_the_file(folder, name):
 def test_the_real_files_still_load(folder):
     assert Qwen3Config.from_pretrained(folder).model_type == "qwen3"
     assert mm.load_tokenizer(folder).encode("Hello")
+
+
+@pytest.fixture
+def home_under_a_file(tmp_path: Path, monkeypatch) -> Path:
+    """MINIMODEL_HOME set to a path below a regular file: nothing can be cached there."""
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("MINIMODEL_HOME", str(tmp_path / "file" / "cache"))
+    return tmp_path / "file"
+
+
+def test_a_cache_folder_under_a_file_says_how_to_move_it(home_under_a_file):
+    with pytest.raises(OSError, match=f"{home_under_a_file} is a file, not a folder. Set "
+                                      "MINIMODEL_HOME to a folder you can write"):
+        mm.resolve_model("tiny")
+
+
+def test_the_tokenizer_cache_under_a_file_says_how_to_move_it(folder, home_under_a_file):
+    (folder / "tokenizer.json").unlink()  # so Qwen3's own tokenizer is built into the cache
+    with pytest.raises(OSError, match="cannot write the cache folder .* Set MINIMODEL_HOME"):
+        mm.load_tokenizer(folder)
