@@ -169,8 +169,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
                                 "notebooks.")
     try:
         report = grade(Path(args.path))
-    except GradingError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except GradingError as err:  # the notebook's fault, not the command's: exit status 1
+        print(f"error: {_explain(err)}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
@@ -186,6 +186,9 @@ def cmd_exercises(args: argparse.Namespace) -> int:
     if not (root / "solutions").is_dir():
         raise FileNotFoundError(f"{root} has no solutions/ folder: --root must be the course "
                                 "folder (the one that holds solutions/ and exercises/).")
+    if not any((root / "solutions").glob("*.ipynb")):
+        raise FileNotFoundError(f"{root / 'solutions'} holds no notebooks (*.ipynb), so there "
+                                "is nothing to make exercises from; check --root.")
     changed = sync_exercises(root / "solutions", root / "exercises", check_only=args.check)
     for path in changed:
         print(("out of date: " if args.check else "wrote ") + str(path))

@@ -1,7 +1,7 @@
 """Side-by-side benchmark: the minimodel engine vs transformers `generate` vs the naive loop.
 
     python -m minimodel bench                       # CPU: float32 and bfloat16, workloads A, B, C
-    python -m minimodel.bench ...                   # the same, without the CLI wrapper
+    python -m minimodel.bench ...                   # the same
     python -m minimodel bench --device cuda         # + FlashInfer vs torch, CUDA graphs, nano-vllm
     python -m minimodel bench --card                # the benchmark card only (a minute on CPU)
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import sys
 import threading
@@ -350,22 +351,54 @@ def format_card(c: dict[str, Any], machine_info: dict[str, Any]) -> str:
     ])
 
 
-def run_card(args: argparse.Namespace, dtypes: list[str], vocab: int, command: str) -> int:
-    """Print one card per dtype, write them to --out, and end with one line of JSON."""
+def run_card(args: argparse.Namespace, dtypes: list[str], vocab: int, command: str,
+             out: Path) -> int:
+    """Print one card per dtype, write them to `out` (--out), and end with one line of JSON."""
     info = machine()
     cards = {}
     for name in dtypes:
         cards[name] = bench_card(args, getattr(torch, name), vocab)
         print(format_card(cards[name], info), flush=True)
     report = {"machine": info, "command": command, "cards": cards}
-    out = Path(args.out or "build/bench-card.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(report))
     return 0
 
 
 # --- one run -------------------------------------------------------------------------------
+
+# The workloads each system runs (run_dtype); N needs CUDA (make_work).
+SYSTEM_WORKLOADS = {"engine": "ABCN", "transformers": "AB", "reference": "C"}
+
+
+def check_plan(args: argparse.Namespace, workloads: set[str]) -> None:
+    """A ValueError when the chosen systems and workloads would measure nothing at all."""
+    if "N" in workloads and args.device != "cuda":
+        raise ValueError("workload N (nano-vllm's 256 requests) runs on CUDA only; add "
+                         "--device cuda, or choose --workloads from A,B,C.")
+    systems = args.systems.split(",")
+    if not any(workloads & set(SYSTEM_WORKLOADS[name]) for name in systems):
+        runs = "; ".join(f"{name} runs {','.join(w)}" for name, w in SYSTEM_WORKLOADS.items())
+        raise ValueError(f"--systems {args.systems} run none of --workloads {args.workloads} "
+                         f"({runs}); choose a system and a workload that meet.")
+
+
+def writable_out(path: Path) -> Path:
+    """--out's path, its folder made; a ValueError saying what to do when it cannot be written
+    (checked before the measuring starts, not after it)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        file = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        why = f"{file} is a file, not a folder" if file else err.strerror or str(err)
+        raise ValueError(f"--out {path}: cannot make its folder {path.parent} ({why}); give "
+                         "--out a path in a folder you can write.") from None
+    if path.is_dir() or not os.access(path.parent, os.W_OK):
+        what = "is a folder" if path.is_dir() else f"is in {path.parent}, which you cannot write"
+        raise ValueError(f"--out {path} {what}; give --out a file path in a folder you can "
+                         "write.")
+    return path
+
 
 
 def make_work(args: argparse.Namespace, workloads: set[str], vocab: int) -> dict[str, Any]:
@@ -460,8 +493,6 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    import os
-
     info["cpu_count"] = os.cpu_count()
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
@@ -548,12 +579,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from minimodel.cli_types import int_at_least, names, positive_int
+    from minimodel.cli_types import device_kind, int_at_least, names, positive_int
 
     p = argparse.ArgumentParser(prog="python -m minimodel bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="random:qwen3-0.6b")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--device", default="cpu", type=device_kind, help="cpu (default) or cuda")
     p.add_argument("--dtype", default=None, type=names(("float32", "bfloat16", "float16")),
                    help="float32, bfloat16 or both comma-separated (default: both on CPU, "
                         "bfloat16 on CUDA)")
@@ -595,22 +626,22 @@ def main(argv: list[str] | None = None) -> int:
     from minimodel.config import Qwen3Config
     from minimodel.hub import resolve_model
 
-    args = parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: torch sees no CUDA device; use --device cpu.")
+    args = parse_args(argv)  # argument types: a bad one is a usage error (exit 2)
     if args.threads:
         torch.set_num_threads(args.threads)
     dtypes = (args.dtype or ("bfloat16" if args.device == "cuda" else "float32,bfloat16"))
     workloads = set(args.workloads.upper().split(","))
     if args.device == "cuda" and args.workloads == "A,B,C":
         workloads.add("N")
+    if not args.card:
+        check_plan(args, workloads)
+    out = writable_out(Path(args.out or ("build/bench-card.json" if args.card
+                                         else "build/bench.json")))
     vocab = min(PROMPT_VOCAB, Qwen3Config.from_pretrained(resolve_model(args.model)).vocab_size)
     command = "python -m minimodel bench " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.card:
-        return run_card(args, dtypes.split(","), vocab, command)
+        return run_card(args, dtypes.split(","), vocab, command, out)
     results: dict[str, Any] = {}
-    out = Path(args.out or "build/bench.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine(), "command": command, "results": results}
     for dtype_name in dtypes.split(","):
         res = run_dtype(args, dtype_name, workloads, vocab)
@@ -629,5 +660,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # through the command line's main: a user's error is one line
+    from minimodel.__main__ import main as cli_main
+
+    raise SystemExit(cli_main(["bench", *sys.argv[1:]]))

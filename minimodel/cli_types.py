@@ -39,10 +39,28 @@ def port(text: str) -> int:
 
 
 def device(text: str) -> str:
-    """'cpu', 'cuda' or 'cuda:N' (whether CUDA is there is checked when the engine starts)."""
+    """'cpu', 'cuda' or 'cuda:N', and a CUDA device only when torch sees one."""
     if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a device; use cpu, cuda or cuda:N")
+    if text.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: no CUDA device is visible (torch.cuda.is_available() is False); "
+                "use --device cpu")
+        count, index = torch.cuda.device_count(), int(text.partition(":")[2] or 0)
+        if index >= count:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
     return text
+
+
+def device_kind(text: str) -> str:
+    """'cpu' or 'cuda' (the first GPU), checked as `device` checks it: for the benchmark."""
+    if text not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"{text!r}: the benchmark runs on cpu or cuda")
+    return device(text)
 
 
 def names(valid: tuple[str, ...], upper: bool = False) -> Callable[[str], str]:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.stress  # every test runs the command line in a process of its own
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,35 +77,100 @@ def test_bench_takes_its_own_options():
     assert "--dtype" in out.stdout and "--workloads" in out.stdout
 
 
-@pytest.mark.parametrize("args, says", [
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is visible here")
+
+# Errors of one argument's value are argparse's usage errors (exit 2), raised before any model
+# is even looked for; the others need the model's name resolved or a folder looked at.
+ARGUMENT = [
     (["generate", "--model", "tiny", "--device", "bogus", "hi"], "not a device"),
-    (["generate", "--model", "tiny", "--device", "cuda", "hi"], "no CUDA device"),
+    (["generate", "--model", "tiny", "--device", "cuda:x", "hi"], "not a device"),
+    pytest.param(["generate", "--model", "tiny", "--device", "cuda", "hi"],
+                 "no CUDA device is visible (torch.cuda.is_available() is False); use --device "
+                 "cpu", marks=NO_CUDA),
+    pytest.param(["serve", "--model", "tiny", "--device", "cuda:0"], "use --device cpu",
+                 marks=NO_CUDA),
+    pytest.param(["bench", "--device", "cuda"], "use --device cpu", marks=NO_CUDA),
+    (["bench", "--device", "mps"], "cpu or cuda"),
     (["generate", "--model", "tiny", "--max-new-tokens", "-3", "hi"], ">= 0"),
     (["generate", "--model", "tiny", "--seed", "-1", "hi"], ">= 0"),
-    (["generate", "--model", "tiny", "--temperature", "-1", "hi"], "temperature"),
     (["serve", "--model", "tiny", "--port", "99999"], "0..65535"),
+    (["serve", "--model", "tiny", "--port", "-1"], ">= 0"),
+    (["serve", "--model", "tiny", "--max-num-seqs", "0"], ">= 1"),
     (["serve", "--model", "tiny", "--max-requests", "0"], ">= 1"),
     (["bench", "--page-size", "0"], ">= 1"),
     (["bench", "--threads", "-1"], ">= 1"),
     (["bench", "--a-requests", "-1"], ">= 1"),
+    (["bench", "--c-tokens", "many"], "not an integer"),
     (["bench", "--dtype", "int8"], "unknown int8"),
-    (["bench", "--workloads", "Z"], "unknown Z"),
-    (["bench", "--systems", "nope"], "unknown nope"),
+    (["bench", "--dtype", "float32,int8"], "unknown int8; choose from float32,bfloat16"),
+    (["bench", "--workloads", "Z"], "unknown Z; choose from A,B,C,N"),
+    (["bench", "--systems", "nope"], "unknown nope; choose from engine,transformers,reference"),
+]
+OTHER = [
+    (["generate", "--model", "tiny", "--temperature", "-1", "hi"], "temperature"),
     (["bench", "--model", "nosuch", "--workloads", "B", "--systems", "engine"], "Unknown model"),
+    (["bench", "--model", "tiny", "--workloads", "N", "--systems", "engine"],
+     "runs on CUDA only"),
+    (["bench", "--model", "tiny", "--workloads", "C", "--systems", "transformers"],
+     "run none of --workloads C"),
     (["exercises", "--root", "/nonexistent", "--check"], "no solutions/ folder"),
+    (["exercises", "--root", "/nonexistent"], "no solutions/ folder"),
     (["grade", "/nonexistent.ipynb"], "does not exist"),
-])
+]
+
+
+@pytest.mark.parametrize("args, says", ARGUMENT)
+def test_a_bad_argument_is_a_usage_error_before_anything_loads(tmp_path: Path, args, says):
+    out = run(*args, env={"MINIMODEL_HOME": str(tmp_path / "home")})
+    line = one_line_error(out)
+    assert out.returncode == 2 and out.stderr.startswith("usage:"), out.stderr
+    assert says in line, line
+    assert not (tmp_path / "home").exists()  # no model was built, no tokenizer either
+
+
+@pytest.mark.parametrize("args, says", OTHER)
 def test_user_errors_are_one_line_and_a_non_zero_exit(args, says):
     line = one_line_error(run(*args))
     assert says in line, line
 
 
-def test_bench_out_under_a_file_is_one_line(tmp_path: Path):
+def test_bench_run_as_its_own_module_has_the_same_one_line_errors():
+    out = subprocess.run([sys.executable, "-m", "minimodel.bench", "--model", "nosuch",
+                          "--workloads", "B", "--systems", "engine"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert "Unknown model" in one_line_error(out)
+
+
+def test_an_unknown_repo_id_offline_says_how_to_get_the_model():
+    line = one_line_error(run("generate", "--model", "Qwen/No-Such-Model", "hi"))
+    assert "not reachable" in line and "hf download Qwen/No-Such-Model" in line
+    assert "--model /path/to/folder" in line and "'tiny'" in line
+
+
+def test_exercises_from_a_solutions_folder_without_notebooks_is_an_error(tmp_path: Path):
+    (tmp_path / "solutions").mkdir()
+    line = one_line_error(run("exercises", "--root", str(tmp_path), "--check"))
+    assert "holds no notebooks" in line
+    assert not (tmp_path / "exercises").exists()
+
+
+def test_an_empty_minimodel_home_means_the_default_cache():
+    out = run("info", env={"MINIMODEL_HOME": ""})
+    assert out.returncode == 0, out.stderr
+    cache = next(line for line in out.stdout.splitlines() if line.startswith("cache"))
+    assert cache.split()[-1] == str(Path.home() / ".cache" / "minimodel")
+
+
+@pytest.mark.parametrize("card", [False, True])
+def test_bench_out_under_a_file_is_one_line_before_measuring(tmp_path: Path, card):
     (tmp_path / "file").write_text("x")
-    line = one_line_error(run("bench", "--model", "tiny", "--workloads", "B", "--systems",
-                              "engine", "--dtype", "float32", "--out",
-                              str(tmp_path / "file" / "b.json"), "--no-plot", "--quiet"))
-    assert "file" in line
+    out = tmp_path / "file" / "b.json"
+    proc = run("bench", "--model", "tiny", "--workloads", "B", "--systems", "engine", "--dtype",
+               "float32", "--out", str(out), "--no-plot", *(["--card"] if card else []))
+    line = one_line_error(proc)
+    assert f"--out {out}" in line and f"{tmp_path / 'file'} is a file, not a folder" in line
+    assert proc.stdout == ""  # nothing was measured
 
 
 @pytest.mark.parametrize("kind", ["under a file", "unwritable"])
@@ -119,7 +185,9 @@ def test_a_cache_folder_that_cannot_be_written_says_how_to_move_it(tmp_path: Pat
         home.mkdir(mode=0o500)
     line = one_line_error(run("generate", "--model", "tiny", "hi",
                               env={"MINIMODEL_HOME": str(home)}))
-    assert "MINIMODEL_HOME" in line
+    assert f"cannot write the cache folder {home}" in line and "Set MINIMODEL_HOME" in line
+    if kind == "under a file":
+        assert f"{tmp_path / 'file'} is a file, not a folder" in line
 
 
 DYING = {"cells": [{"cell_type": "code", "execution_count": None, "id": "a", "metadata": {},
@@ -136,6 +204,19 @@ def test_grading_a_notebook_whose_kernel_dies_is_one_line(tmp_path: Path):
     nb.write_text(json.dumps(DYING))
     line = one_line_error(run("grade", str(nb)))
     assert "kernel died" in line
+
+
+def test_grading_a_notebook_that_runs_too_long_names_the_limit(tmp_path: Path):
+    import json
+
+    from minimodel.grading.notebooks import GradingError, grade_notebook
+
+    slow = json.loads(json.dumps(DYING))
+    slow["cells"][0]["source"] = "import time\ntime.sleep(120)"
+    nb = tmp_path / "slow.ipynb"
+    nb.write_text(json.dumps(slow))
+    with pytest.raises(GradingError, match="a cell ran longer than 3 s"):
+        grade_notebook(nb, timeout=3)
 
 
 def test_serve_on_a_port_in_use_is_one_line_before_the_model_loads():

@@ -66,8 +66,9 @@ def sync_exercises(solutions: Path, exercises: Path, check_only: bool = False) -
 def grade_notebook(path: Path, timeout: int = 600) -> list[dict]:
     """Execute one notebook and return the results of every check() it ran."""
     import nbformat
+    from jupyter_client.kernelspec import NoSuchKernel
     from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     try:
         nb = nbformat.read(str(path), as_version=4)
@@ -85,6 +86,12 @@ def grade_notebook(path: Path, timeout: int = 600) -> list[dict]:
         raise GradingError(f"{path}: the notebook's kernel died while it ran ({err}); run it "
                            "in Jupyter to see which cell ends the process (memory, os._exit, a "
                            "crash), fix that cell and grade again.") from None
+    except CellTimeoutError:
+        raise GradingError(f"{path}: a cell ran longer than {timeout} s, so grading stopped; "
+                           "run the notebook in Jupyter to find the slow or stuck cell.") from None
+    except NoSuchKernel:
+        raise GradingError(f"{path}: there is no Jupyter kernel named 'python3' to run it; "
+                           "install one with `pip install ipykernel`.") from None
     for output in nb.cells[-1].get("outputs", []):
         for line in output.get("text", "").splitlines():
             if line.startswith(RESULTS_MARK):
