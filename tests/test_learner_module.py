@@ -5,12 +5,21 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-from minimodel.grading.learner import is_learner_function, learner_module, spy_calls
+from minimodel.grading import check
+from minimodel.grading.learner import (
+    LearnerWarning,
+    explain,
+    is_learner_function,
+    learner_module,
+    record_checked,
+    spy_calls,
+)
 
 
 def write_notebook(path: Path, cells: list[str]) -> Path:
@@ -124,3 +133,98 @@ def test_spy_sees_through_a_decorator(folder):
         assert calls == {"double": 1}
     finally:
         del globals()["ch01"]
+
+
+# --- what the learner is told when the loader cannot see their code --------------------------
+
+
+def test_a_skipped_constant_warns_at_load_and_names_the_cell_in_the_error(folder):
+    write_notebook(folder / "ch03_consts.ipynb", [
+        "import torch\nLIMIT = 4\n",
+        'NEG_INF = float("-inf")\n',
+        "def masked(x, mask):\n    return x.masked_fill(~mask, NEG_INF)\n",
+        "def fine(x):\n    return x + LIMIT\n",
+    ])
+    with pytest.warns(LearnerWarning, match=r"masked reads NEG_INF.*code cell 1.*float"):
+        ch03 = learner_module("ch03")
+    assert ch03.fine(1) == 5  # a literal constant is loaded
+    with pytest.raises(NameError) as err:
+        ch03.masked(torch.zeros(2), torch.tensor([True, False]))
+    hint = explain(err.value)
+    assert "NEG_INF is set in code cell 1" in hint and "literal" in hint
+    assert explain(ValueError("not from a loaded notebook")) == ""
+
+    def capstone(T):  # a later notebook's piece calling the loaded code inside a check
+        return ch03.masked(torch.zeros(T, T), torch.ones(T, T, dtype=torch.bool))
+
+    result = check("ch03.causal_mask", capstone)
+    errors = [o.message for o in result.outcomes if o.status == "error"]
+    assert errors and all("NEG_INF is set in code cell 1" in m for m in errors)
+
+
+def test_a_name_defined_only_in_the_kernel_says_to_save(folder):
+    write_notebook(folder / "ch04_unsaved.ipynb", ["def f(x):\n    return helper(x)\n"])
+    ch04 = learner_module("ch04")
+    with pytest.raises(NameError) as err:
+        ch04.f(1)
+    assert "not defined anywhere in the saved ch04_unsaved.ipynb" in explain(err.value)
+
+
+def _checked_in_kernel(tmp_path, source: str, exercise: str):
+    """A function as a notebook kernel holds it (module __main__, source readable), checked."""
+    file = tmp_path / f"kernel_{abs(hash(source))}.py"
+    file.write_text(source, encoding="utf-8")
+    ns = {"__name__": "__main__"}
+    exec(compile(source, str(file), "exec"), ns)
+    fn = next(v for k, v in ns.items() if callable(v) and not k.startswith("__"))
+    record_checked(exercise, fn)
+
+
+def test_unsaved_edits_in_the_notebooks_kernel_are_reported(folder, tmp_path, monkeypatch):
+    monkeypatch.setenv("MINIMODEL_HOME", str(tmp_path / "home"))
+    path = folder / "ch01_first.ipynb"
+    past = time.time() - 60
+    os.utime(path, (past, past))
+    # the kernel checked the saved version: nothing to say
+    _checked_in_kernel(tmp_path, "def double(x):\n    return SCALE * x\n", "ch01.double")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LearnerWarning)
+        learner_module("ch01")
+    # the kernel checked an edited version the file does not hold: unsaved edits
+    _checked_in_kernel(tmp_path, "def double(x):\n    return x + x\n", "ch01.double")
+    with pytest.warns(LearnerWarning, match=r"checked a different `double`.*unsaved edits"):
+        learner_module("ch01")
+    # saved afterwards: the file is newer than what the kernel checked
+    os.utime(path, (time.time() + 5, time.time() + 5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LearnerWarning)
+        learner_module("ch01")
+
+
+def test_a_checkpoint_newer_than_the_notebook_is_reported(folder):
+    path = folder / "ch01_first.ipynb"
+    checkpoints = folder / ".ipynb_checkpoints"
+    checkpoints.mkdir()
+    copy = checkpoints / "ch01_first-checkpoint.ipynb"
+    write_notebook(copy, ["def double(x):\n    return 2 * x\n"])
+    past = time.time() - 60
+    os.utime(path, (past, past))
+    with pytest.warns(LearnerWarning, match=r"checkpoint of ch01_first.ipynb .* is newer"):
+        learner_module("ch01")
+    os.utime(copy, (past - 60, past - 60))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LearnerWarning)
+        learner_module("ch01")
+
+
+def test_a_check_says_when_a_loaded_notebook_changed_after_loading(folder):
+    ch01 = learner_module("ch01")
+    ns = {"ch01": ch01, "torch": torch}
+    exec("def mask(T):\n    ch01.double(1)\n    return torch.ones(T, T).tril().bool()\n", ns)
+    assert check("ch03.causal_mask", ns["mask"]).notes == []
+    path = folder / "ch01_first.ipynb"
+    os.utime(path, (time.time() + 5, time.time() + 5))
+    result = check("ch03.causal_mask", ns["mask"])
+    assert result.passed  # the notes do not change the score ...
+    assert any("ch01_first.ipynb changed on disk after it was loaded" in n for n in result.notes)
+    assert "changed on disk" in str(result)  # ... but are shown

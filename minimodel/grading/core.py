@@ -76,6 +76,7 @@ class CheckResult:
 
     name: str
     outcomes: list[Outcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # about the code checked, not a check
 
     @property
     def passed(self) -> bool:
@@ -98,7 +99,7 @@ class CheckResult:
         return f"{self.name}: {done}/{total} {verdict}"
 
     def __str__(self) -> str:
-        lines = [self.summary()]
+        lines = [self.summary()] + [f"  ! {n}" for n in self.notes]
         for o in self.outcomes:
             lines.append(f"  {o.mark} {o.title}" + (f" — {o.message}" if o.message else ""))
         return "\n".join(lines)
@@ -113,8 +114,10 @@ class CheckResult:
             + "</li>"
             for o in self.outcomes
         )
+        notes = "".join(f"<div style='color:#9a6700'>! {html.escape(n)}</div>"
+                        for n in self.notes)
         return (
-            f"<div><b style='color:{color}'>{html.escape(self.summary())}</b>"
+            f"<div><b style='color:{color}'>{html.escape(self.summary())}</b>{notes}"
             f"<ul style='margin:0'>{rows}</ul></div>"
         )
 
@@ -126,6 +129,7 @@ class CheckResult:
             "score": done,
             "total": total,
             "checks": [vars(o) for o in self.outcomes],
+            "notes": list(self.notes),
         }
 
 
@@ -150,7 +154,11 @@ def check(name: str, fn: Callable) -> CheckResult:
     if name not in _REGISTRY:
         known = ", ".join(sorted(_REGISTRY))
         raise KeyError(f"No exercise named {name!r}. Known exercises: {known}")
-    result = CheckResult(name)
+    from minimodel.grading import learner
+
+    result = CheckResult(name, notes=learner.changed_since_loaded(fn))
+    if _in_notebook():
+        learner.record_checked(name, fn)
     for title, run in _REGISTRY[name]:
         torch.manual_seed(0)  # every check draws the same random cases on every run
         try:
@@ -163,9 +171,9 @@ def check(name: str, fn: Callable) -> CheckResult:
         except Exception as e:  # the learner's code crashed: say where, briefly
             frame = traceback.extract_tb(e.__traceback__)[-1]
             where = f" (line {frame.lineno} of {frame.name})" if frame else ""
-            result.outcomes.append(
-                Outcome(title, "error", f"raised {type(e).__name__}: {e}{where}")
-            )
+            hint = learner.explain(e)
+            message = f"raised {type(e).__name__}: {e}{where}" + (f". {hint}" if hint else "")
+            result.outcomes.append(Outcome(title, "error", message))
     _LOG.append(result)
     if not _in_notebook():
         print(result)

@@ -13,21 +13,35 @@ a folder of submissions.
 
 The capstone checks also use `spy_calls` to see which of your functions a composed piece
 calls: a forward pass that quietly calls the package's model instead of yours is caught.
+
+Two mistakes are easy to make and hard to see, so the loader looks for both and says so:
+
+- a name your function needs is set by top-level code that is not a definition
+  (`NEG_INF = float("-inf")` is a call, not a literal): loading warns, and a NameError inside
+  a check names the cell and the line that was skipped;
+- the saved notebook is older than the code you ran: its kernel checked a different version of
+  a function after the file was last saved (you edited and did not save), JupyterLab's
+  checkpoint is newer than the file, or the file changed after this notebook loaded it.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import inspect
 import json
 import os
 import sys
 import sysconfig
+import textwrap
+import time
 import types
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 PREFIX = "learner_"
@@ -63,20 +77,63 @@ def _is_loader_call(node: ast.AST) -> bool:
     )
 
 
+class LearnerWarning(UserWarning):
+    """The notebook `learner_module` loads may not be the code you meant it to load."""
+
+
+def _literal(node: ast.expr) -> bool:
+    try:  # a constant: a number, a string, a tuple of them ...
+        ast.literal_eval(node)
+        return True
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
 def _keep(node: ast.stmt) -> bool:
     """Definitions only: what a later notebook may import without running this one."""
     if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef,
                          ast.ClassDef)):
         return True
     if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-        if _is_loader_call(node.value):
-            return True
-        try:  # a constant: a number, a string, a tuple of them ...
-            ast.literal_eval(node.value)
-            return True
-        except ValueError:
-            return False
+        return _is_loader_call(node.value) or _literal(node.value)
     return False
+
+
+def _bound_names(node: ast.stmt) -> set[str]:
+    """The module-level names a statement binds (not those inside the functions it defines)."""
+    names: set[str] = set()
+    todo: list[ast.AST] = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+            todo += n.decorator_list
+            continue
+        if isinstance(n, ast.Lambda):
+            continue
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in n.names if a.name != "*"}
+        todo += ast.iter_child_nodes(n)
+    return names
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A top-level statement that binds `name` but is not loaded: where it is and why."""
+
+    name: str
+    cell: int
+    line: str
+
+    def why(self, notebook: str) -> str:
+        return (f"{self.name} is set in code cell {self.cell} of {notebook} by `{self.line}`, "
+                "which learner_module does not run: it loads only imports, def, class and "
+                "constants written as literals (a call or an expression of other names is "
+                "computed only when the cell runs). Move the value into the function that uses "
+                "it, or write it as a literal (e.g. -1e30, 1e-6, (1, 2, 4)), save the notebook "
+                "and run this cell again.")
 
 
 def _cell_source(cell: dict) -> str:
@@ -88,45 +145,235 @@ def _cell_source(cell: dict) -> str:
     return "\n".join(lines)
 
 
-def definitions_source(notebook: Path) -> str:
-    """The definitions of a notebook's code cells, as one Python source."""
-    nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
-    parts = []
-    for i, cell in enumerate(nb["cells"]):
+def _cells(notebook: Path) -> list[dict]:
+    return json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
+
+
+def _definitions(notebook: Path) -> tuple[str, dict[str, Skipped], list[ast.stmt]]:
+    """(the definitions as one source, the names set by skipped statements, the kept nodes)."""
+    parts, skipped, kept_all, bound = [], {}, [], set()
+    for i, cell in enumerate(_cells(notebook)):
         if cell["cell_type"] != "code" or "reveal" in cell.get("metadata", {}).get("tags", []):
             continue  # a reveal cell shows the package's code: not the learner's
         try:
             tree = ast.parse(_cell_source(cell))
         except SyntaxError as e:
             raise SyntaxError(f"{notebook.name}, code cell {i}: {e.msg} (line {e.lineno})") from e
-        kept = [n for n in tree.body if _keep(n)]
+        kept = []
+        for node in tree.body:
+            if _keep(node):
+                kept.append(node)
+                bound |= _bound_names(node)
+            else:
+                line = ast.unparse(node).splitlines()[0]
+                for name in _bound_names(node):
+                    skipped.setdefault(name, Skipped(name, i, line))
         if kept:
+            kept_all += kept
             parts.append(f"# --- {notebook.name}, cell {i}\n" + ast.unparse(kept))
-    return "\n\n".join(parts) + "\n"
+    skipped = {k: v for k, v in skipped.items() if k not in bound}
+    return "\n\n".join(parts) + "\n", skipped, kept_all
+
+
+def definitions_source(notebook: Path) -> str:
+    """The definitions of a notebook's code cells, as one Python source."""
+    return _definitions(Path(notebook))[0]
+
+
+def _globals_read(node: ast.AST) -> set[str]:
+    """Names a definition reads that it does not bind itself (its possible globals)."""
+    read, local = set(), set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            (read if isinstance(n.ctx, ast.Load) else local).add(n.id)
+        elif isinstance(n, ast.arg):
+            local.add(n.arg)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                and n is not node:
+            local.add(n.name)
+    return read - local
+
+
+# --- is the saved notebook the code the learner ran? ----------------------------------------
+
+
+def _fingerprint(node: ast.AST) -> str:
+    return hashlib.sha256(ast.unparse(node).encode()).hexdigest()[:16]
+
+
+def _record_file(folder: Path, chapter: str) -> Path:
+    from minimodel.hub import minimodel_home
+
+    key = hashlib.sha256(str(Path(folder).resolve()).encode()).hexdigest()[:16]
+    return minimodel_home() / "learner" / key / f"{chapter}.json"
+
+
+def record_checked(exercise: str, fn: Callable) -> None:
+    """Remember which version of a notebook's function its kernel last checked, so that a later
+    notebook loading the saved file can tell when the file is older than that code."""
+    fn = inspect.unwrap(fn)
+    if not inspect.isfunction(fn) or fn.__module__ != "__main__":
+        return
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+        path = _record_file(Path.cwd(), exercise.split(".")[0])
+        record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        record[fn.__name__] = {"fingerprint": _fingerprint(node), "time": time.time()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        os.replace(tmp, path)
+    except (OSError, TypeError, ValueError, SyntaxError, IndexError):
+        pass  # a source that cannot be read or a cache that cannot be written: nothing to say
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def staleness(path: Path, kept: list[ast.stmt] | None = None) -> list[str]:
+    """Why the saved notebook `path` may be older than the learner's code; [] when it is not."""
+    path = Path(path)
+    saved = path.stat().st_mtime
+    found = []
+    checkpoint = path.parent / ".ipynb_checkpoints" / f"{path.stem}-checkpoint.ipynb"
+    try:
+        if checkpoint.stat().st_mtime > saved + 1 and checkpoint.read_bytes() != path.read_bytes():
+            found.append(
+                f"JupyterLab's checkpoint of {path.name} ({_clock(checkpoint.stat().st_mtime)}) "
+                f"is newer than the file itself ({_clock(saved)}): the file may not hold your "
+                "last version. Open it, save it (Ctrl-S) and run this cell again.")
+    except OSError:
+        pass
+    if kept is None:
+        kept = _definitions(path)[2]
+    defs = {n.name: n for n in kept if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    try:
+        record = json.loads(_record_file(path.parent, path.stem.split("_")[0]).read_text("utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    for name, seen in sorted(record.items()):
+        if (isinstance(seen, dict) and name in defs and seen.get("time", 0) > saved + 1
+                and seen.get("fingerprint") != _fingerprint(defs[name])):
+            found.append(
+                f"{path.name}'s kernel checked a different `{name}` at {_clock(seen['time'])}, "
+                f"after the file was last saved ({_clock(saved)}): you have unsaved edits. "
+                f"Save {path.name} (Ctrl-S in its tab) and run this cell again.")
+    return found
 
 
 def learner_module(name: str | Path, folder: str | Path | None = None) -> types.ModuleType:
     """The definitions of your notebook `name` (e.g. "ch03"), as a module.
 
-    Reloaded when the notebook file changes (save it after editing).
+    Reads the saved file and reloads it when the file changes (save it after editing). Warns
+    (LearnerWarning) when a function reads a name that top-level code sets but the loader does
+    not run, or when the saved file looks older than the code you ran in its kernel.
     """
     path = find_notebook(name, folder).resolve()
-    key = (str(path), path.stat().st_mtime)
-    if key in _CACHE:
-        return _CACHE[key]
-    source = definitions_source(path)
-    mod_name = PREFIX + path.stem
-    module = types.ModuleType(mod_name, f"Definitions of {path.name}")
-    module.__file__ = str(path)
-    sys.modules[mod_name] = module  # dataclasses and pickling look modules up by name
-    cwd = os.getcwd()
-    try:
-        os.chdir(path.parent)  # its own learner_module calls find their notebooks beside it
-        exec(compile(source, str(path), "exec"), module.__dict__)
-    finally:
-        os.chdir(cwd)
-    _CACHE[key] = module
+    mtime = path.stat().st_mtime
+    key = (str(path), mtime)
+    module = _CACHE.get(key)
+    if module is None:
+        source, skipped, kept = _definitions(path)
+        mod_name = PREFIX + path.stem
+        module = types.ModuleType(mod_name, f"Definitions of {path.name}")
+        module.__file__ = str(path)
+        module.__learner_skipped__ = skipped
+        module.__learner_mtime__ = mtime
+        module.__learner_kept__ = kept
+        sys.modules[mod_name] = module  # dataclasses and pickling look modules up by name
+        cwd = os.getcwd()
+        try:
+            os.chdir(path.parent)  # its own learner_module calls find their notebooks beside it
+            exec(compile(source, str(path), "exec"), module.__dict__)
+        finally:
+            os.chdir(cwd)
+        _CACHE[key] = module
+    _install_hint_handler()
+    for node in module.__learner_kept__:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for missing in sorted(_globals_read(node) & module.__learner_skipped__.keys()):
+                if missing not in module.__dict__:
+                    warnings.warn(f"{node.name} reads {missing}, which is not loaded: "
+                                  + module.__learner_skipped__[missing].why(path.name),
+                                  LearnerWarning, stacklevel=2)
+    for message in staleness(path, module.__learner_kept__):
+        warnings.warn(message, LearnerWarning, stacklevel=2)
     return module
+
+
+def _learner_modules(tb: types.TracebackType | None) -> Iterator[types.ModuleType]:
+    while tb is not None:
+        mod = sys.modules.get(tb.tb_frame.f_globals.get("__name__", ""))
+        if mod is not None and mod.__name__.startswith(PREFIX):
+            yield mod
+        tb = tb.tb_next
+
+
+def explain(err: BaseException) -> str:
+    """What a learner needs to know about an error raised inside a loaded notebook: the skipped
+    statement behind a NameError, or that the notebook changed after it was loaded; "" if
+    nothing."""
+    hints = []
+    for mod in dict.fromkeys(_learner_modules(err.__traceback__)):
+        nb = Path(mod.__file__).name
+        name = getattr(err, "name", None)
+        if isinstance(err, NameError) and name:
+            if name in mod.__learner_skipped__:
+                hints.append(mod.__learner_skipped__[name].why(nb))
+            elif name not in mod.__dict__:
+                hints.append(f"{name} is not defined anywhere in the saved {nb}: if you "
+                             "defined it in that notebook's kernel, save the notebook (Ctrl-S) "
+                             "and run this cell again.")
+        try:
+            changed = Path(mod.__file__).stat().st_mtime != mod.__learner_mtime__
+        except OSError:
+            changed = False
+        if changed:
+            hints.append(f"{nb} changed on disk after this notebook loaded it: run the cell "
+                         "with its learner_module(...) again to load the new version.")
+    return " ".join(dict.fromkeys(hints))
+
+
+def changed_since_loaded(fn: Callable) -> list[str]:
+    """The notebooks loaded by `fn`'s notebook (directly or through each other) whose file
+    changed after they were loaded: `fn` still runs their old code."""
+    fn = inspect.unwrap(fn)
+    todo = [getattr(fn, "__globals__", {})]
+    seen, found = set(), []
+    while todo:
+        ns = todo.pop()
+        for v in list(ns.values()):
+            if isinstance(v, types.ModuleType) and v.__name__.startswith(PREFIX) \
+                    and id(v) not in seen:
+                seen.add(id(v))
+                todo.append(vars(v))
+                try:
+                    changed = Path(v.__file__).stat().st_mtime != v.__learner_mtime__
+                except (OSError, AttributeError):
+                    changed = False
+                if changed:
+                    found.append(f"{Path(v.__file__).name} changed on disk after it was "
+                                 "loaded, so this check ran its old code: run the cell with "
+                                 "its learner_module(...) again, then this check.")
+    return found
+
+
+def _install_hint_handler() -> None:
+    """In Jupyter, an error from a loaded notebook's code is shown with `explain`'s hint."""
+    shell = sys.modules.get("IPython")
+    ip = shell.get_ipython() if shell and hasattr(shell, "get_ipython") else None
+    if ip is None or getattr(ip, "_minimodel_hints", False):
+        return
+
+    def handler(self, etype, value, tb, tb_offset=None):
+        self.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        hint = explain(value)
+        if hint:
+            print("\n" + hint, file=sys.stderr)
+
+    ip.set_custom_exc((NameError,), handler)
+    ip._minimodel_hints = True
 
 
 # --- which of the learner's functions a composed piece calls ---------------------------------
