@@ -17,8 +17,8 @@ calls: a forward pass that quietly calls the package's model instead of yours is
 Two mistakes are easy to make and hard to see, so the loader looks for both and says so:
 
 - a name your function needs is set by top-level code that is not a definition
-  (`NEG_INF = float("-inf")` is a call, not a literal): loading warns, and a NameError inside
-  a check names the cell and the line that was skipped;
+  (`NEG_INF = float("-inf")` is a call, not a literal): the NameError, inside a check or in
+  a notebook cell, comes with the cell and the line that was skipped and what to do;
 - the saved notebook is older than the code you ran: its kernel checked a different version of
   a function after the file was last saved (you edited and did not save), JupyterLab's
   checkpoint is newer than the file, or the file changed after this notebook loaded it.
@@ -180,20 +180,6 @@ def definitions_source(notebook: Path) -> str:
     return _definitions(Path(notebook))[0]
 
 
-def _globals_read(node: ast.AST) -> set[str]:
-    """Names a definition reads that it does not bind itself (its possible globals)."""
-    read, local = set(), set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name):
-            (read if isinstance(n.ctx, ast.Load) else local).add(n.id)
-        elif isinstance(n, ast.arg):
-            local.add(n.arg)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
-                and n is not node:
-            local.add(n.name)
-    return read - local
-
-
 # --- is the saved notebook the code the learner ran? ----------------------------------------
 
 
@@ -266,8 +252,9 @@ def learner_module(name: str | Path, folder: str | Path | None = None) -> types.
     """The definitions of your notebook `name` (e.g. "ch03"), as a module.
 
     Reads the saved file and reloads it when the file changes (save it after editing). Warns
-    (LearnerWarning) when a function reads a name that top-level code sets but the loader does
-    not run, or when the saved file looks older than the code you ran in its kernel.
+    (LearnerWarning) when the saved file looks older than the code you ran in its kernel; a
+    NameError from a name that top-level code sets but the loader does not run is explained
+    by `explain` (in checks, and in Jupyter under the traceback).
     """
     path = find_notebook(name, folder).resolve()
     mtime = path.stat().st_mtime
@@ -290,13 +277,6 @@ def learner_module(name: str | Path, folder: str | Path | None = None) -> types.
             os.chdir(cwd)
         _CACHE[key] = module
     _install_hint_handler()
-    for node in module.__learner_kept__:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            for missing in sorted(_globals_read(node) & module.__learner_skipped__.keys()):
-                if missing not in module.__dict__:
-                    warnings.warn(f"{node.name} reads {missing}, which is not loaded: "
-                                  + module.__learner_skipped__[missing].why(path.name),
-                                  LearnerWarning, stacklevel=2)
     for message in staleness(path, module.__learner_kept__):
         warnings.warn(message, LearnerWarning, stacklevel=2)
     return module
