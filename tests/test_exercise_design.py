@@ -196,3 +196,36 @@ def test_every_registered_exercise_is_in_a_solution_notebook():
     from minimodel.grading import exercises
 
     assert set(exercises()) == {name for _, name, _ in HEADINGS}
+
+
+# What a notebook may take from the graders: the check itself, the loader, and the harness a
+# capstone builds on. Anything else in minimodel/grading/chNN.py is an oracle (the grader's own
+# answer, with the exercise's signature): a notebook that imports it hands the answer out.
+NOTEBOOK_API = {"minimodel.grading.ch08": {"EngineState"}}
+
+
+def grader_imports() -> list[tuple[str, int, str, str]]:
+    out = []
+    for nb in CHAPTERS + SOLUTIONS + sorted((ROOT / "exercises").glob("*.ipynb")):
+        for i, cell in enumerate(_cells(nb)):
+            if cell["cell_type"] != "code":
+                continue
+            src = "\n".join("pass" if ln.lstrip().startswith(("%", "!")) else ln
+                            for ln in _src(cell).splitlines())
+            for node in ast.walk(ast.parse(src)):
+                if isinstance(node, ast.ImportFrom) and re.fullmatch(
+                        r"minimodel\.grading\.ch\d\d", node.module or ""):
+                    out += [(f"{nb.parent.name}/{nb.name}", i, node.module, a.name)
+                            for a in node.names]
+                elif isinstance(node, ast.Import):
+                    out += [(f"{nb.parent.name}/{nb.name}", i, a.name, "*") for a in node.names
+                            if re.fullmatch(r"minimodel\.grading\.ch\d\d", a.name)]
+    return out
+
+
+def test_no_notebook_imports_a_graders_oracle():
+    bad = [f"{nb} cell {i}: {name} from {mod}" for nb, i, mod, name in grader_imports()
+           if name not in NOTEBOOK_API.get(mod, set())]
+    assert not bad, ("these cells import a grader's own functions, which answer an exercise; "
+                     "show the behaviour through the package's public API instead: "
+                     + "; ".join(bad))
