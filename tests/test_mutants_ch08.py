@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import types
@@ -13,7 +14,7 @@ import torch
 
 import minimodel as mm
 from minimodel.grading import check
-from minimodel.grading.ch08 import engine_admit, engine_decode_step
+from minimodel.grading.ch08 import engine_admit, engine_decode_step, reference_ttft_tpot
 
 # --- ch08.admit -------------------------------------------------------------------------------
 
@@ -646,3 +647,71 @@ def test_engine_schedule_is_what_mm_LLM_runs():
             trace.append([(s.request_id - first, q) for s, q in zip(batch.seqs, batch.q_lens)])
         assert trace == case.trace
         assert (case.preemptions > 0) == tight
+
+
+# --- handing the work to the engine or to the grader -------------------------------------------
+#
+# The checks' expected answers come from the engine (engine_admit, engine_decode_step,
+# reference_ttft_tpot, mm.LLM): a function that asks them instead of deciding must fail, however
+# it reaches them.
+
+
+def admit_asks_the_scheduler(waiting, cached, free_pages, page_size, token_budget, max_seqs):
+    """Queues the requests in the engine's own Scheduler and reports its prefill step."""
+    from minimodel.engine.kv_cache import PageAllocator
+    from minimodel.engine.scheduler import Scheduler
+    from minimodel.engine.sequence import Sequence
+
+    held = [-(-c // page_size) for c in cached]
+    pool = PageAllocator(free_pages + sum(held))
+    engine = Scheduler(pool, page_size, max_num_seqs=max_seqs, max_num_batched_tokens=token_budget,
+                       max_model_len=1 << 20, eos_token_ids=set())
+    for rid, n in enumerate(waiting):
+        request = Sequence(rid, [1] * (n + cached[rid]), mm.SamplingParams())
+        request.num_cached_tokens, request.page_table = cached[rid], pool.allocate(held[rid])
+        engine.add(request)
+    batch = engine.schedule()
+    return [] if batch is None or not batch.is_prefill else batch.q_lens
+
+
+class DecodeByTheGrader:
+    """A callable object whose __call__ is the grader's answer."""
+
+    def __call__(self, num_tokens, free_pages, page_size):
+        return engine_decode_step(num_tokens, free_pages, page_size)
+
+
+DELEGATING = {
+    "ch08.admit": {
+        "wraps the grader's engine_admit": lambda *a: engine_admit(*a),
+        "is the grader's engine_admit": engine_admit,
+        "a partial of engine_admit": functools.partial(engine_admit),
+        "asks the engine's Scheduler": admit_asks_the_scheduler,
+    },
+    "ch08.decode_step": {
+        "wraps the grader's engine_decode_step": lambda t, f, s: engine_decode_step(t, f, s),
+        "a callable object that asks the grader": DecodeByTheGrader(),
+        "copies the answer out of a scheduler run": lambda t, f, s: tuple(
+            list(x) for x in engine_decode_step(list(t), f, s)),
+    },
+    "ch08.ttft_tpot": {
+        "wraps the grader's reference_ttft_tpot": lambda a, t: reference_ttft_tpot(a, t),
+    },
+}
+
+
+@pytest.mark.parametrize("exercise, name", [(e, n) for e, fns in DELEGATING.items() for n in fns])
+def test_delegating_to_the_engine_or_the_grader_fails(exercise, name):
+    result = check(exercise, DELEGATING[exercise][name])
+    assert not result.passed, result
+    assert "hands its work to" in str(result), result
+
+
+@pytest.mark.parametrize("piece", ["admit", "decode_step"])
+def test_engine_step_with_a_delegating_piece_fails(piece):
+    """The capstone over an admit (or decode_step) that asks the grader: its own spy is happy
+    (the learner's function is called), but the answer is not theirs."""
+    oracle = {"admit": engine_admit, "decode_step": engine_decode_step}[piece]
+    step = _step(**{piece: lambda *a: oracle(*a)})
+    result = check("ch08.my_engine_step", step)
+    assert not result.passed and "hands its work to" in str(result), result

@@ -8,26 +8,35 @@ pages run out. The expected answers come from the engine itself: each case build
 `Scheduler` over a real `PageAllocator`, queues `Sequence`s of the given lengths and asks it for
 the next step. `ttft_tpot` follows the formulas of the engine's `RequestMetrics` (llm.py).
 
+Every call of the learner's functions runs under `own_work`: a function that hands the decision
+to the engine's Scheduler, ModelRunner, LLM or Sampler, to `build_metadata`, or to this grader's
+own answers (`engine_admit` and the like) fails, however it is wrapped.
+
 Names: S page size, n a request's tokens, pages_needed(n) = ceil(n / S).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import numbers
-from collections.abc import Callable
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
-from minimodel.engine.attention import AttentionMetadata, TorchBackend
+from minimodel.engine.attention import AttentionMetadata, TorchBackend, build_metadata
 from minimodel.engine.kv_cache import KVCache, PageAllocator, pages_needed
 from minimodel.engine.scheduler import Scheduler
 from minimodel.engine.sequence import Sequence, Status
 from minimodel.grading.core import CheckFailed, exercise, expect
-from minimodel.grading.learner import spy_calls
-from minimodel.sampling import SamplingParams
+from minimodel.grading.learner import _LIBRARY_DIRS, spy_calls
+from minimodel.sampling import Sampler, SamplingParams
 
 _NO_LIMIT = 1 << 30  # a max_model_len / budget / max_num_seqs that never binds
 
@@ -43,6 +52,98 @@ def _scheduler(
     return Scheduler(allocator, page_size, max_num_seqs=max_seqs,
                      max_num_batched_tokens=token_budget, max_model_len=_NO_LIMIT,
                      eos_token_ids=set())
+
+
+# --- own work: the learner's functions may not hand their job to the engine or the grader ----
+
+_PACKAGE = str(Path(__file__).resolve().parents[1])  # minimodel/
+_GRADERS = re.compile(re.escape(str(Path(__file__).resolve().parent)) + r"[/\\]ch\d\d\.py$")
+
+
+def _codes(*owners: object) -> dict:
+    """code object -> readable name, for functions and for every method of classes."""
+    out = {}
+    for owner in owners:
+        members = list(vars(owner).values()) if inspect.isclass(owner) else [owner]
+        for m in members:
+            m = m.fget if isinstance(m, property) else getattr(m, "__func__", m)
+            m = inspect.unwrap(m) if callable(m) else m
+            if inspect.isfunction(m):
+                out[m.__code__] = f"{m.__module__}.{m.__qualname__}"
+    return out
+
+
+@functools.cache
+def _engine_decisions() -> dict:
+    """What the exercises ask the learner to write, as the engine writes it."""
+    from minimodel.engine.llm import LLM
+    from minimodel.engine.runner import ModelRunner
+
+    return _codes(Scheduler, ModelRunner, LLM, Sampler, build_metadata)
+
+
+@functools.cache
+def _interface() -> dict:
+    """The grader's code a learner's step is meant to call: the EngineState it is handed."""
+    return _codes(EngineState, PageTableBackend, _CheckedAllocator)
+
+
+_VERDICT: dict = {}  # code object -> the name of the job it does for the learner, or None
+
+
+def _forbidden(code) -> str | None:
+    if code not in _VERDICT:
+        name = _engine_decisions().get(code)
+        if name is None and _GRADERS.search(str(Path(code.co_filename).resolve())) \
+                and code not in _interface():
+            name = f"the grader's {Path(code.co_filename).stem}.{code.co_name}"
+        _VERDICT[code] = name
+    return _VERDICT[code]
+
+
+def _called_by_learner(frame) -> bool:
+    """Whether the nearest caller outside the standard library and installed packages is the
+    learner's code (a notebook, a learner_module, a test file) rather than minimodel's."""
+    f = frame.f_back
+    while f is not None:
+        name = str(Path(f.f_code.co_filename).resolve())
+        if name.startswith(_PACKAGE):
+            return False
+        if not name.startswith(_LIBRARY_DIRS):
+            return True
+        f = f.f_back
+    return False
+
+
+@contextmanager
+def own_work(fn: Callable, what: str) -> Iterator[None]:
+    """Run the block (a call of the learner's `fn`) and fail if the learner's code called the
+    engine's own decisions or the grader's answers, directly or through a wrapper."""
+    target = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    target = inspect.unwrap(target)
+    if not inspect.isfunction(target):  # a callable object: its __call__
+        target = inspect.unwrap(type(target).__call__) if callable(target) else target
+    found = [_forbidden(target.__code__)] if inspect.isfunction(target) else []
+    found = [f for f in found if f]  # the learner's function *is* one of the engine's or ours
+
+    def watch(frame, event, arg):
+        if event == "call" and not found:
+            name = _forbidden(frame.f_code)
+            if name and _called_by_learner(frame):
+                found.append(name)
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
+    if found:
+        raise CheckFailed(f"{what} hands its work to {found[0]}: the exercise is to write that "
+                          "decision yourself, from the rules of chapter 08, not to call the "
+                          "engine's (or this grader's) own answer")
 
 
 # --- admit -------------------------------------------------------------------------------------
@@ -84,7 +185,8 @@ def _admit_call(fn: Callable, case: _AdmitCase) -> tuple[object, list[int], str]
     what = (f"admit(waiting={waiting}, cached={cached}, free_pages={free_pages}, page_size={S}, "
             f"token_budget={budget}, max_seqs={max_seqs})")
     before, cached_before = list(waiting), list(cached)
-    got = fn(waiting, cached, free_pages, S, budget, max_seqs)
+    with own_work(fn, "admit"):
+        got = fn(waiting, cached, free_pages, S, budget, max_seqs)
     expect(waiting == before and cached == cached_before,
            f"{what} changed its `waiting` or `cached` list; leave the queue as it is (the "
            "scheduler removes requests itself)")
@@ -313,7 +415,8 @@ def _decode_cases(fn: Callable, cases: list[_DecodeCase]) -> None:
         num_tokens, free, S = case
         what = f"decode_step(num_tokens={num_tokens}, free_pages={free}, page_size={S})"
         before = list(num_tokens)
-        got = fn(num_tokens, free, S)
+        with own_work(fn, "decode_step"):
+            got = fn(num_tokens, free, S)
         expect(num_tokens == before, f"{what} changed `num_tokens`; leave it as it is")
         want = engine_decode_step(before, free, S)
         if not (isinstance(got, (tuple, list)) and len(got) == 2
@@ -450,7 +553,8 @@ def _ttft_cases(fn: Callable, cases: list[tuple[float, list[float]]]) -> None:
         shown = [round(t, 4) for t in times[:4]] + (["..."] if len(times) > 4 else [])
         what = f"ttft_tpot(arrival={arrival:.4f}, token_times={shown} ({len(times)} tokens))"
         before = list(times)
-        got = fn(arrival, times)
+        with own_work(fn, "ttft_tpot"):
+            got = fn(arrival, times)
         expect(times == before, f"{what} changed token_times; leave it as it is")
         expect(isinstance(got, (tuple, list)) and len(got) == 2
                and all(isinstance(x, numbers.Real) and not isinstance(x, bool) for x in got),
@@ -471,7 +575,8 @@ def _ttft(fn: Callable) -> None:
     cases = [_random_times(_randint(2, 40), offset=float(_randint(0, 1000))) for _ in range(20)]
     problems = []
     for arrival, times in cases:
-        got = fn(arrival, list(times))
+        with own_work(fn, "ttft_tpot"):
+            got = fn(arrival, list(times))
         expect(isinstance(got, (tuple, list)) and len(got) == 2,
                f"ttft_tpot returned {got!r}; return a tuple (ttft, tpot)")
         want = times[0] - arrival
@@ -498,7 +603,8 @@ def _tpot(fn: Callable) -> None:
 def _tpot_one(fn: Callable) -> None:
     cases = [_random_times(1, offset=float(_randint(0, 1000))) for _ in range(5)]
     for arrival, times in cases:
-        got = fn(arrival, list(times))
+        with own_work(fn, "ttft_tpot"):
+            got = fn(arrival, list(times))
         expect(isinstance(got, (tuple, list)) and len(got) == 2,
                f"ttft_tpot returned {got!r}; return a tuple (ttft, tpot)")
         expect(isinstance(got[1], numbers.Real) and not math.isnan(got[1]) and got[1] == 0.0,
@@ -696,7 +802,7 @@ class EngineState:
                 raise CheckFailed(f"after {max_steps} steps requests are still left (waiting "
                                   f"{_ids(self.waiting)}, running {_ids(self.running)}); a "
                                   "request leaves `running` when it has its max_new_tokens")
-            with torch.inference_mode():
+            with own_work(step, "my_engine_step"), torch.inference_mode():
                 ran = step(self)
             if not (isinstance(ran, (list, tuple)) and all(
                     isinstance(x, (list, tuple)) and len(x) == 2
