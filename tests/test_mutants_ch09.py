@@ -292,9 +292,13 @@ def test_flash_attention_mutants(name):
     assert not check("ch09.flash_attention", FLASH_MUTANTS[name]).passed
 
 
+def _messages(name, fn):
+    """Every message the checks of exercise `name` give fn, in one string."""
+    return " ".join(o.message for o in check(name, fn).outcomes)
+
+
 def test_flash_attention_hints():
-    messages = lambda name: " ".join(  # noqa: E731
-        o.message for o in check("ch09.flash_attention", FLASH_MUTANTS[name]).outcomes)
+    messages = lambda name: _messages("ch09.flash_attention", FLASH_MUTANTS[name])  # noqa: E731
     assert "top-left" in messages("top-left causal alignment")
     assert "base 2" in messages("lse in base 2")
     assert "unscaled" in messages("missing 1/sqrt(D) scale")
@@ -384,10 +388,9 @@ def test_merge_states_mutants(name):
 
 # --- ch09.paged_split_kv_decode ------------------------------------------------------------------
 #
-# The learner's version composes their own flash_attention and merge_states (the check spies on
-# merge_states), so these are written the same way: module-level functions named merge_states
-# and flash_attention, as in the notebook.
-
+# The learner's version composes their own flash_attention and merge_states (the checks spy on
+# both), so these are written the same way: module-level functions named merge_states and
+# flash_attention, as in the notebook.
 
 
 def flash_attention(q, k, v, causal, block_q, block_k):
@@ -398,78 +401,143 @@ def merge_states(o_a, lse_a, o_b, lse_b):
     return merge_solution(o_a, lse_a, o_b, lse_b)
 
 
-def paged_solution(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, pages_per_chunk):
+def _requests(kv_pool, kv_indptr, kv_indices, kv_last_page_len, offsets=True, trim=True,
+              page_dim=2):
+    """[(pages, kv_len)] of every request, read from the metadata."""
+    S = kv_pool.shape[page_dim]
+    out = []
+    for b in range(len(kv_last_page_len)):
+        first = int(kv_indptr[b]) if offsets else 0
+        pages = kv_indices[first : first + int(kv_indptr[b + 1] - kv_indptr[b])].long()
+        out.append((pages, (len(pages) - 1) * S + int(kv_last_page_len[b]) if trim
+                    else len(pages) * S))
+    return out
+
+
+def smallest_longest(lens, budget):
+    """Linear scan: the smallest L for which chunks of L fit the budget."""
+    L = 1
+    while sum(-(-n // L) for n in lens) > budget:
+        L += 1
+    return L
+
+
+def _gather(kv_pool, pages, t0, t1, how="slots"):
+    """K and V of tokens t0..t1-1 of a request: [n, Hkv, D] each."""
     S = kv_pool.shape[2]
+    t = torch.arange(t0, t1)
+    if how == "consecutive":  # wrong: the slots after the first one's, as if pages were adjacent
+        flat = kv_pool.transpose(1, 2).flatten(0, 1)
+        kv = flat[pages[t0 // S] * S + t0 % S + (t - t0)]
+    else:
+        kv = kv_pool[pages[t // S], :, t % S]  # [n, 2, Hkv, D]
+    return kv[:, 0], kv[:, 1]
+
+
+def paged_solution(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, num_work_items):
+    reqs = _requests(kv_pool, kv_indptr, kv_indices, kv_last_page_len)
+    L = smallest_longest([n for _, n in reqs], num_work_items)
     o, lse = torch.empty_like(q), torch.empty(q.shape[:2])
-    for b in range(q.shape[0]):
-        pages = kv_indices[kv_indptr[b] : kv_indptr[b + 1]].long()
-        kv_len = (len(pages) - 1) * S + int(kv_last_page_len[b])
+    for b, (pages, n) in enumerate(reqs):
         state = None
-        for c in range(0, len(pages), pages_per_chunk):
-            kv = kv_pool[pages[c : c + pages_per_chunk]]  # [p, 2, S, Hkv, D]
-            n = min(kv.shape[0] * S, kv_len - c * S)
-            k, v = kv[:, 0].flatten(0, 1)[:n], kv[:, 1].flatten(0, 1)[:n]
-            part = flash_attention(q[b : b + 1], k, v, False, 1, n)
+        for t0 in range(0, n, L):
+            k, v = _gather(kv_pool, pages, t0, min(n, t0 + L))
+            part = flash_attention(q[b : b + 1], k, v, False, 1, 4)
             state = part if state is None else merge_states(*state, *part)
         o[b], lse[b] = state[0][0], state[1][0]
     return o, lse
 
 
-def paged_token_positions(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, pages_per_chunk):
-    """Every chunk's slots listed token by token; states gathered, then merged left to right."""
-    S = kv_pool.shape[2]
-    flat = kv_pool.transpose(1, 2).flatten(0, 1)  # [P * S, 2, Hkv, D]: slot-major
-    outs, lses = [], []
-    for b in range(q.shape[0]):
-        pages = kv_indices[kv_indptr[b] : kv_indptr[b + 1]].tolist()
-        kv_len = (len(pages) - 1) * S + int(kv_last_page_len[b])
-        slots = [pages[t // S] * S + t % S for t in range(kv_len)]
-        step = pages_per_chunk * S
-        parts = [flash_attention(q[b : b + 1], flat[slots[c : c + step], 0],
-                                 flat[slots[c : c + step], 1], True, 1, 3)
-                 for c in range(0, kv_len, step)]
-        o_b, lse_b = parts[0]
-        for part in parts[1:]:
-            o_b, lse_b = merge_states(o_b, lse_b, *part)
-        outs.append(o_b[0])
-        lses.append(lse_b[0])
-    return torch.stack(outs).to(q.dtype), torch.stack(lses)
+def _decode_chunks(q, kv_pool, reqs, chunks_of, merge_fn=None):
+    """Attend each request over chunks_of(b, n) = [(t0, t1)], states merged in a tree."""
+    merge_fn = merge_fn or merge_states
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:2])
+    for b, (pages, n) in enumerate(reqs):
+        parts = [flash_attention(q[b : b + 1], *_gather(kv_pool, pages, t0, t1), True, 1, 3)
+                 for t0, t1 in chunks_of(b, n)]
+        while len(parts) > 1:
+            parts = [merge_fn(*parts[i], *parts[i + 1]) if i + 1 < len(parts) else parts[i]
+                     for i in range(0, len(parts), 2)]
+        o[b], lse[b] = parts[0][0][0], parts[0][1][0]
+    return o, lse
 
 
-def paged_kernels(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, pages_per_chunk):
-    """The package's own, with merges through this module's merge_states."""
-    from minimodel.kernels import paged
+def paged_greedy(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, num_work_items):
+    """One item per request, then each spare item to the request whose chunks are longest;
+    each request cut into equal parts (sizes differ by at most one)."""
+    reqs = _requests(kv_pool, kv_indptr, kv_indices, kv_last_page_len)
+    lens = [n for _, n in reqs]
+    counts = [1] * len(lens)
+    for _ in range(num_work_items - len(lens)):
+        b = max(range(len(lens)), key=lambda i: -(-lens[i] // counts[i]))
+        if lens[b] <= counts[b]:
+            break
+        counts[b] += 1
 
-    original = paged.merge_states
-    paged.merge_states = lambda *a: merge_states(*a)
-    try:
-        return kernels.paged_split_kv_decode(q, kv_pool, kv_indptr, kv_indices,
-                                             kv_last_page_len, pages_per_chunk)
-    finally:
-        paged.merge_states = original
+    def even(b, n):
+        bounds = [n * i // counts[b] for i in range(counts[b] + 1)]
+        return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+    return _decode_chunks(q, kv_pool, reqs, even)
 
 
-def _paged_mutant(trim=True, offsets=True, merge="merge", stride=None, scale=True, base2=False,
-                  page_dim=2):
-    def fn(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, pages_per_chunk):
-        S = kv_pool.shape[page_dim]
+def paged_whole_budget(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, num_work_items):
+    """The balanced cut, then the longest chunks halved while items are left: uses the whole
+    budget and the longest item stays as short as it was."""
+    reqs = _requests(kv_pool, kv_indptr, kv_indices, kv_last_page_len)
+    L = smallest_longest([n for _, n in reqs], num_work_items)
+    chunks = [(b, t0, min(n, t0 + L)) for b, (_, n) in enumerate(reqs) for t0 in range(0, n, L)]
+    while len(chunks) < num_work_items:
+        b, t0, t1 = max(chunks, key=lambda c: c[2] - c[1])
+        if t1 - t0 < 2:
+            break
+        chunks.remove((b, t0, t1))
+        chunks += [(b, t0, (t0 + t1) // 2), (b, (t0 + t1) // 2, t1)]
+    return _decode_chunks(q, kv_pool, reqs,
+                          lambda b, n: sorted((c[1], c[2]) for c in chunks if c[0] == b))
+
+
+def _paged_mutant(trim=True, offsets=True, merge="merge", overlap=False, scale=True, base2=False,
+                  page_dim=2, plan="best", gather="slots", strided=False):
+    def fn(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, num_work_items):
+        S = kv_pool.shape[2]
+        reqs = _requests(kv_pool, kv_indptr, kv_indices, kv_last_page_len, offsets, trim,
+                         page_dim)
+        lens = [n for _, n in reqs]
+        if plan == "best":
+            L = smallest_longest(lens, num_work_items)
+        elif plan == "pages":  # the smallest whole number of pages that fits the budget
+            L = S * smallest_longest([-(-n // S) for n in lens], num_work_items)
+        elif plan == "total":  # an equal share of all the tokens, ignoring the rounding
+            L = -(-sum(lens) // num_work_items)
+        elif plan == "per request":  # the budget shared out evenly, whatever the lengths
+            L = max(-(-n // max(1, num_work_items // len(lens))) for n in lens)
+        elif plan == "tokens":
+            L = 1
+        elif plan == "whole":
+            L = max(lens)
+        elif plan == "pages per chunk":  # the budget read as a chunk length in pages
+            L = num_work_items * S
         o, lse = torch.empty_like(q), torch.empty(q.shape[:2])
-        for b in range(q.shape[0]):
-            first = int(kv_indptr[b]) if offsets else 0
-            count = int(kv_indptr[b + 1] - kv_indptr[b])
-            pages = kv_indices[first : first + count].long()
-            kv_len = (len(pages) - 1) * S + int(kv_last_page_len[b]) if trim else len(pages) * S
+        for b, (pages, n) in enumerate(reqs):
             state, parts = None, []
-            for c in range(0, len(pages), stride or pages_per_chunk):
-                kv = kv_pool[pages[c : c + pages_per_chunk]]
-                n = min(kv.shape[0] * kv_pool.shape[2], kv_len - c * S)
-                k, v = kv[:, 0].flatten(0, 1)[:n], kv[:, 1].flatten(0, 1)[:n]
+            count = -(-n // L)
+            for c in range(count):
+                if strided:  # tokens c, c + count, ...: the right numbers, not a run of keys
+                    t = torch.arange(c, n, count)
+                    kv = kv_pool[pages[t // S], :, t % S]
+                    k, v = kv[:, 0], kv[:, 1]
+                else:
+                    t0 = max(0, c * L - (1 if overlap and c else 0))
+                    k, v = _gather(kv_pool, pages, t0, min(n, c * L + L), gather)
                 if not scale:
                     k = k * math.sqrt(q.shape[-1])
-                part = flash_attention(q[b : b + 1], k, v, False, 1, max(n, 1))
+                part = flash_attention(q[b : b + 1], k, v, False, 1, 5)
                 parts.append(part)
                 if merge == "merge":
                     state = part if state is None else merge_states(*state, *part)
+                elif merge == "package":
+                    state = part if state is None else kernels.merge_states(*state, *part)
             if merge == "last":
                 state = parts[-1]
             if merge == "average":
@@ -480,32 +548,28 @@ def _paged_mutant(trim=True, offsets=True, merge="merge", stride=None, scale=Tru
     return fn
 
 
-def paged_all_at_once(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, pages_per_chunk):
-    """Right numbers, but no split: the whole context in one pass, no merge."""
-    return paged_solution(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, 10**6)
-
-
-def paged_package_merge(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len, pages_per_chunk):
-    """Right numbers, merged with the package's merge_states instead of the learner's own."""
-    return kernels.paged_split_kv_decode(q, kv_pool, kv_indptr, kv_indices, kv_last_page_len,
-                                         pages_per_chunk)
-
-
 PAGED_MUTANTS = {
     "last page read in full": _paged_mutant(trim=False),
     "kv_indptr offsets ignored": _paged_mutant(offsets=False),
     "only the last chunk": _paged_mutant(merge="last"),
     "chunk outputs averaged": _paged_mutant(merge="average"),
-    "chunks overlap (stride of one page)": _paged_mutant(stride=1),
+    "chunks overlap by one token": _paged_mutant(overlap=True),
     "missing scale": _paged_mutant(scale=False),
     "lse in base 2": _paged_mutant(base2=True),
     "page size read from the K/V dim": _paged_mutant(page_dim=1),
-    "not split (no merge)": paged_all_at_once,
-    "the package's merge_states": paged_package_merge,
+    "not split (no merge)": _paged_mutant(plan="whole"),
+    "the package's merge_states": _paged_mutant(merge="package"),
+    "chunks of whole pages only": _paged_mutant(plan="pages"),
+    "an equal share of all tokens (over the budget)": _paged_mutant(plan="total"),
+    "the budget shared evenly between requests": _paged_mutant(plan="per request"),
+    "one item per token (over the budget)": _paged_mutant(plan="tokens"),
+    "the budget read as pages per chunk": _paged_mutant(plan="pages per chunk"),
+    "a chunk read from consecutive pool slots": _paged_mutant(gather="consecutive"),
+    "strided chunks (not contiguous runs)": _paged_mutant(strided=True),
 }
 
 
-@pytest.mark.parametrize("fn", [paged_solution, paged_token_positions, paged_kernels])
+@pytest.mark.parametrize("fn", [paged_solution, paged_greedy, paged_whole_budget])
 def test_paged_split_kv_decode_correct(fn):
     assert check("ch09.paged_split_kv_decode", fn).passed
 
@@ -516,10 +580,24 @@ def test_paged_split_kv_decode_mutants(name):
 
 
 def test_paged_hints():
-    result = check("ch09.paged_split_kv_decode", PAGED_MUTANTS["last page read in full"])
-    assert any("kv_last_page_len" in o.message for o in result.outcomes)
-    result = check("ch09.paged_split_kv_decode", PAGED_MUTANTS["not split (no merge)"])
-    assert any("merge_states" in o.message for o in result.outcomes)
+    messages = lambda name: _messages("ch09.paged_split_kv_decode",  # noqa: E731
+                                      PAGED_MUTANTS[name])
+    assert "kv_last_page_len" in messages("last page read in full")
+    assert "merge_states" in messages("not split (no merge)")
+    assert "inside a page" in messages("chunks of whole pages only")
+    assert "over the budget" in messages("an equal share of all tokens (over the budget)")
+    assert "contiguous" in messages("strided chunks (not contiguous runs)")
+
+
+def test_longest_item_is_the_smallest_that_fits():
+    from minimodel.grading.ch09 import longest_item
+
+    for lens, budget in (([40, 7, 100], 8), ([1, 1, 10], 3), ([5], 1), ([5], 9), ([3, 3], 2)):
+        best = longest_item(lens, budget)
+        assert best == smallest_longest(lens, budget)
+        assert sum(-(-n // best) for n in lens) <= budget
+        assert best == 1 or sum(-(-n // (best - 1)) for n in lens) > budget
+    assert longest_item([40, 7, 100], 8) == 20 and longest_item([1, 1, 10], 3) == 10
 
 
 def test_stubs_report_not_implemented():
