@@ -6,7 +6,9 @@ exercise B requests, P pages in the pool, page size S_p (`page_size`).
 
 Expected values are computed in float64: softmax and logsumexp from torch, attention from
 `scaled_dot_product_attention` with an explicit bottom-right mask, and, for the paged exercise,
-the engine's torch backend (minimodel.engine.attention) on the same pool.
+the engine's torch backend (minimodel.engine.attention) on the same pool; its work items (the
+calls of the learner's flash_attention, traced back to the tokens they read) against the budget
+and against `longest_item`, the shortest longest chunk the budget allows.
 """
 
 from __future__ import annotations
