@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+from pathlib import Path
+
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
-from minimodel.grading import check
+from minimodel.grading import check, learner_module
+from minimodel.ops import apply_rope, rms_norm, rope_cos_sin
 
 # --- column_parallel_linear ----------------------------------------------------------------------
 
@@ -266,3 +272,169 @@ def test_stub_is_todo_not_an_error(name):
     result = check(name, stub)
     assert not result.passed
     assert all(o.status == "todo" for o in result.outcomes)
+
+
+# --- tp_decoder_layer (the capstone): run on two real gloo processes ------------------------------
+#
+# The layers below are module-level functions, so the spawned ranks import them from this file;
+# the names column_parallel_linear, row_parallel_linear and shard_qkv are the pieces the check
+# watches. The solution is loaded from the solutions notebook, as a learner's would be.
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def column_parallel_linear(x, weight, bias, rank, world_size):
+    return col_ok(x, weight, bias, rank, world_size)
+
+
+def row_parallel_linear(x_shard, weight, bias, rank, world_size):
+    return row_ok(x_shard, weight, bias, rank, world_size)
+
+
+def shard_qkv(weight, num_heads, num_kv_heads, head_dim, rank, world_size):
+    return qkv_ok(weight, num_heads, num_kv_heads, head_dim, rank, world_size)
+
+
+def _attend(q, k, v):
+    """q [T, hq, D], k/v [T, hkv, D] -> [T, hq·D], causal, GQA, written out."""
+    T, hq, D = q.shape
+    k = k.repeat_interleave(hq // k.shape[1], dim=1)
+    v = v.repeat_interleave(hq // v.shape[1], dim=1)
+    scores = torch.einsum("thd,shd->hts", q, k) / D**0.5
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    return torch.einsum("hts,shd->thd", scores.softmax(-1), v).reshape(T, hq * D)
+
+
+def _tp_layer(w, cfg, x, rank, W, *, reduce_attn=True, reduce_mlp=True, residual_in_sum=False,
+              o_rank=None, even_gate_up=False, reduce=None):
+    """A tensor-parallel layer with switches for the mistakes below (all off: correct)."""
+    T, D, eps = x.shape[0], cfg.head_dim, cfg.rms_norm_eps
+    Hq, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    reduce = reduce or (lambda t: dist.all_reduce(t) if W > 1 else None)
+    h = rms_norm(x, w["input_layernorm.weight"], eps)
+    hq = Hq // W
+    hkv = max(1, Hkv // W)
+    qkv = F.linear(h, shard_qkv(w["self_attn.qkv_proj.weight"], Hq, Hkv, D, rank, W))
+    q, k, v = qkv.view(T, hq + 2 * hkv, D).split([hq, hkv, hkv], dim=1)
+    q = rms_norm(q, w["self_attn.q_norm.weight"], eps)
+    k = rms_norm(k, w["self_attn.k_norm.weight"], eps)
+    cos, sin = rope_cos_sin(torch.arange(T), D, cfg.rope_theta)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    y = row_parallel_linear(_attend(q, k, v), w["self_attn.o_proj.weight"], None,
+                            rank if o_rank is None else o_rank, W)
+    if residual_in_sum:
+        y = y + x
+    if reduce_attn:
+        reduce(y)
+    x = y if residual_in_sum else x + y
+    h = rms_norm(x, w["post_attention_layernorm.weight"], eps)
+    if even_gate_up:  # the merged [2I, C] weight cut in W even pieces: rank 0 gets all of gate
+        merged = column_parallel_linear(h, w["mlp.gate_up_proj.weight"], None, rank, W)
+        gate, up = merged.chunk(2, dim=-1)
+    else:
+        gate, up = (column_parallel_linear(h, part, None, rank, W)
+                    for part in w["mlp.gate_up_proj.weight"].chunk(2))
+    y = row_parallel_linear(F.silu(gate) * up, w["mlp.down_proj.weight"], None, rank, W)
+    if reduce_mlp:
+        reduce(y)
+    return x + y, k, v
+
+
+def tp_ok_variant(weights, cfg, x, rank, world_size):
+    return _tp_layer(weights, cfg, x, rank, world_size)
+
+
+def tp_no_allreduce_after_down_proj(weights, cfg, x, rank, world_size):
+    return _tp_layer(weights, cfg, x, rank, world_size, reduce_mlp=False)
+
+
+def tp_residual_inside_the_allreduce(weights, cfg, x, rank, world_size):
+    return _tp_layer(weights, cfg, x, rank, world_size, residual_in_sum=True)
+
+
+def tp_o_proj_columns_of_another_rank(weights, cfg, x, rank, world_size):
+    return _tp_layer(weights, cfg, x, rank, world_size, o_rank=world_size - 1 - rank)
+
+
+def tp_gate_up_cut_evenly(weights, cfg, x, rank, world_size):
+    return _tp_layer(weights, cfg, x, rank, world_size, even_gate_up=True)
+
+
+def tp_unsharded_weights_on_every_rank(weights, cfg, x, rank, world_size):
+    """Every rank runs the whole layer: right numbers, no communication, nothing saved."""
+    return _tp_layer(weights, cfg, x, 0, 1)
+
+
+def tp_unsharded_but_two_allreduces(weights, cfg, x, rank, world_size):
+    """The whole layer on every rank, each branch all-reduced and divided by W: the sums and
+    their shapes look right on the wire; the work and the KV heads give it away."""
+    def mean(t):
+        if world_size > 1:
+            dist.all_reduce(t)
+            t /= world_size
+    return _tp_layer(weights, cfg, x, 0, 1, reduce=mean)
+
+
+def tp_solution():
+    return learner_module(ROOT / "solutions" / "ch10_tensor_parallelism.ipynb").tp_decoder_layer
+
+
+TP_MUTANTS = [tp_no_allreduce_after_down_proj, tp_residual_inside_the_allreduce,
+              tp_o_proj_columns_of_another_rank, tp_gate_up_cut_evenly,
+              tp_unsharded_weights_on_every_rank, tp_unsharded_but_two_allreduces]
+
+
+@pytest.mark.stress  # spawns two rank processes per check
+@pytest.mark.parametrize("get", [tp_solution, lambda: tp_ok_variant],
+                         ids=["solution", "hidden_variant"])
+def test_tp_layer_correct_passes(get):
+    result = check("ch10.tp_decoder_layer", get())
+    assert result.passed, [(o.title, o.message) for o in result.outcomes if not o.passed]
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize("fn", TP_MUTANTS, ids=lambda f: f.__name__)
+def test_tp_layer_mutants_fail(fn):
+    result = check("ch10.tp_decoder_layer", fn)
+    assert not result.passed
+    assert result.outcomes[0].passed, "the mistake only shows with two ranks"
+    failed = [o for o in result.outcomes[1:] if not o.passed]
+    assert all(o.status == "fail" for o in failed), [(o.title, o.message) for o in failed]
+
+
+def test_tp_stub_is_todo_without_starting_processes():
+    def stub(*args):
+        raise NotImplementedError
+
+    result = check("ch10.tp_decoder_layer", stub)
+    assert [o.status for o in result.outcomes] == ["todo"] * len(result.outcomes)
+
+
+def test_tp_wrong_with_one_rank_fails_fast():
+    def no_residual(weights, cfg, x, rank, world_size):
+        out, k, v = _tp_layer(weights, cfg, x, rank, world_size)
+        return out - x, k, v
+
+    result = check("ch10.tp_decoder_layer", no_residual)
+    assert [o.status for o in result.outcomes] == ["fail"] * len(result.outcomes)
+    assert "first pass with one rank" in result.outcomes[1].message
+
+
+def test_unsaved_notebook_edits_are_named(tmp_path):
+    """A function whose saved notebook definition differs from the running one is named, so
+    the message can say to save the notebook before the ranks load it."""
+    from minimodel.grading.ch10 import _unsaved
+
+    live = tmp_path / "live_mod.py"
+    live.write_text("def shard_qkv(w):\n    return w\n\n\ndef tp_decoder_layer(w):\n"
+                    "    return shard_qkv(w)\n")
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "source":
+                     "def shard_qkv(w):\n    return w + 1\n\n\ndef tp_decoder_layer(w):\n"
+                     "    return shard_qkv(w)\n"}], "metadata": {}, "nbformat": 4,
+          "nbformat_minor": 5}
+    saved = tmp_path / "ch10_saved.ipynb"
+    saved.write_text(json.dumps(nb))
+    spec = importlib.util.spec_from_file_location("live_mod", live)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert _unsaved(mod.tp_decoder_layer, saved) == ["shard_qkv"]
