@@ -755,14 +755,84 @@ def writer_draw_in_wrong_row(weights, cfg, ids, max_new_tokens, eos_id=None, tem
     return generate(forward_all, ids, max_new_tokens, eos_id)  # noqa: F821
 
 
+def generate_with_pick(forward_all, tokens, max_new_tokens, eos_id=None, pick=None):
+    """The loop of exercise 1 with one more optional parameter: who picks from the last row."""
+    new = []
+    for _ in range(max_new_tokens):
+        last = forward_all(tokens)[0, -1]  # [V]
+        token = int(last.argmax()) if pick is None else int(pick(last))
+        new.append(token)
+        if token == eos_id:
+            break
+        tokens = torch.cat([tokens, tokens.new_tensor([[token]])], dim=1)
+    return new
+
+
+def writer_with_pick(weights, cfg, ids, max_new_tokens, eos_id=None, temperature=0.0, top_k=0,
+                     top_p=1.0, generator=None):
+    """Another design: generate grows a `pick` parameter, and the sampler is handed to it."""
+    def pick(row):
+        return ch05.sample(row[None], temperature, top_k, top_p, generator)[0]  # noqa: F821
+
+    return generate(lambda t: ch04.my_qwen3_forward(weights, cfg, t), ids,  # noqa: F821
+                    max_new_tokens, eos_id, pick=pick if temperature > 0 else None)
+
+
+def writer_one_hot_row(weights, cfg, ids, max_new_tokens, eos_id=None, temperature=0.0, top_k=0,
+                       top_p=1.0, generator=None):
+    """Another design: forward_all returns a single row, one-hot on the drawn token."""
+    def forward_all(tokens):
+        logits = ch04.my_qwen3_forward(weights, cfg, tokens)  # noqa: F821
+        if temperature == 0:
+            return logits
+        token = ch05.sample(logits[:, -1], temperature, top_k, top_p, generator)  # noqa: F821
+        return torch.nn.functional.one_hot(token, logits.shape[-1]).float()[None]  # [1, 1, V]
+
+    return generate(forward_all, ids, max_new_tokens, eos_id)  # noqa: F821
+
+
+def writer_small_bonus(weights, cfg, ids, max_new_tokens, eos_id=None, temperature=0.0, top_k=0,
+                       top_p=1.0, generator=None):
+    """Adds 1 to the drawn token's logit: the greedy token still wins most steps."""
+    def forward_all(tokens):
+        logits = ch04.my_qwen3_forward(weights, cfg, tokens).clone()  # noqa: F821
+        if temperature > 0:
+            token = int(ch05.sample(logits[:, -1], temperature, top_k, top_p,  # noqa: F821
+                                    generator)[0])
+            logits[0, -1, token] += 1.0
+        return logits
+
+    return generate(forward_all, ids, max_new_tokens, eos_id)  # noqa: F821
+
+
+def writer_second_loop_to_sample(weights, cfg, ids, max_new_tokens, eos_id=None, temperature=0.0,
+                                 top_k=0, top_p=1.0, generator=None):
+    """generate for greedy text, a loop of its own for sampled text."""
+    if temperature == 0:
+        return generate(lambda t: ch04.my_qwen3_forward(weights, cfg, t), ids,  # noqa: F821
+                        max_new_tokens, eos_id)
+    out = []
+    for _ in range(max_new_tokens):
+        logits = ch04.my_qwen3_forward(weights, cfg, ids)[:, -1]  # noqa: F821
+        token = int(ch05.sample(logits, temperature, top_k, top_p, generator)[0])  # noqa: F821
+        out.append(token)
+        ids = torch.cat([ids, ids.new_tensor([[token]])], dim=1)
+        if token == eos_id:
+            break
+    return out
+
+
 def correct_writers():
     ch06 = solution("ch06")
     ch04_other = as_learner_module("ch04_other", my_qwen3_forward=forward_causal)
     pieces = dict(generate=ch06.generate, ch04=solution("ch04"), ch05=solution("ch05"))
+    with_pick = {**pieces, "generate": rebind(generate_with_pick, name="generate")}
     return {
         "solution": ch06.my_writer,
         "another_model": writer(ch04=ch04_other),
         "own_style": rebind(writer_own_style, **pieces),
+        "generate_with_a_pick_parameter": rebind(writer_with_pick, **with_pick),
+        "one_hot_row": rebind(writer_one_hot_row, **pieces),
     }
 
 
@@ -788,10 +858,13 @@ def wrong_writers():
         "sampler_without_generator": writer(ch05=ch05_with["sampler_without_generator"]),
         "sampler_without_top_k": writer(ch05=ch05_with["sampler_without_top_k"]),
         "drawn_token_in_wrong_row": rebind(writer_draw_in_wrong_row, **pieces),
+        "drawn_token_boosted_too_little": rebind(writer_small_bonus, **pieces),
+        "second_loop_to_sample": rebind(writer_second_loop_to_sample, **pieces),
     }
 
 
-@pytest.mark.parametrize("name", ["solution", "another_model", "own_style"])
+@pytest.mark.parametrize("name", ["solution", "another_model", "own_style",
+                                  "generate_with_a_pick_parameter", "one_hot_row"])
 def test_writer_correct_passes(name):
     outcome = check("ch06.my_writer", correct_writers()[name])
     assert outcome.passed, str(outcome)
@@ -800,7 +873,8 @@ def test_writer_correct_passes(name):
 WRONG_WRITERS = ["loop_drops_last_token", "loop_shows_last_token_only",
                  "model_without_causal_mask", "model_wrong_rope_base", "package_model",
                  "own_loop_not_generate", "sampling_ignored", "package_sampler", "eos_not_passed",
-                 "sampler_without_generator", "sampler_without_top_k", "drawn_token_in_wrong_row"]
+                 "sampler_without_generator", "sampler_without_top_k", "drawn_token_in_wrong_row",
+                 "drawn_token_boosted_too_little", "second_loop_to_sample"]
 
 
 @functools.cache
@@ -839,6 +913,8 @@ def test_writer_hints():
     assert "never called generate" in str(writer_result("own_loop_not_generate"))
     assert "call(s) of sample" in str(writer_result("package_sampler"))
     assert "seeded alike" in str(writer_result("sampler_without_generator"))
+    assert "not the token your sample drew" in str(writer_result("drawn_token_boosted_too_little"))
+    assert "second loop" in str(writer_result("second_loop_to_sample"))
 
 
 def test_writer_stub_is_not_implemented_yet():

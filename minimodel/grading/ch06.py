@@ -11,12 +11,15 @@ and compares its tokens with the engine's, `mm.LLM(...).generate`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import inspect
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 
 from minimodel.grading.core import CheckFailed, exercise, expect
-from minimodel.grading.learner import spy_calls
+from minimodel.grading.learner import PREFIX, is_learner_function, spy_calls
 
 # --- ch06.generate -------------------------------------------------------------------------
 
@@ -624,7 +627,54 @@ def _writer_spy(fn: Callable) -> None:
            "model, run on the whole sequence at every step, not from the package's")
 
 
-@exercise("ch06.my_writer", "sampling: your sample draws each token, from the top-k, seeded")
+@contextmanager
+def _draws(fn: Callable) -> Iterator[list[int] | None]:
+    """The token ids the learner's `sample` returns while the block runs, in order (None when
+    no `sample` of theirs is in reach: a name of `fn`'s notebook or of a learner module it holds).
+    Use it inside spy_calls, so that the spy still counts the calls."""
+    scope = inspect.unwrap(fn).__globals__
+    spaces = [scope] + [vars(m) for m in list(scope.values())
+                        if isinstance(m, types.ModuleType) and m.__name__.startswith(PREFIX)]
+    found = [(ns, ns["sample"]) for ns in spaces
+             if callable(ns.get("sample")) and is_learner_function(inspect.unwrap(ns["sample"]))]
+    drawn: list[int] = []
+
+    def recorder(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def sample(*args, **kwargs):
+            out = f(*args, **kwargs)
+            if isinstance(out, torch.Tensor):
+                drawn.extend(int(x) for x in out.reshape(-1).tolist())
+            return out
+
+        return sample
+
+    for ns, f in found:
+        ns["sample"] = recorder(f)
+    try:
+        yield drawn if found else None
+    finally:
+        for ns, f in reversed(found):
+            ns["sample"] = f
+
+
+def _not_drawn(out: list[int], drawn: list[int]) -> int | None:
+    """The first new token that is not the token sample drew for it, or None. One draw per
+    token: they must be equal; with more draws, out must come out of them in order."""
+    if len(drawn) == len(out):
+        return next((i for i, (a, b) in enumerate(zip(out, drawn)) if a != b), None)
+    j = 0
+    for i, token in enumerate(out):
+        while j < len(drawn) and drawn[j] != token:
+            j += 1
+        if j == len(drawn):
+            return i
+        j += 1
+    return None
+
+
+@exercise("ch06.my_writer", "sampling: your generate keeps the tokens your sample draws, from "
+                            "the top-k, seeded")
 def _writer_sampling(fn: Callable) -> str:
     _, _, tok, model = _bard()
     ids, path = _pick_prompts(1)[0]
@@ -632,7 +682,7 @@ def _writer_sampling(fn: Callable) -> str:
     seeds = [int(s) for s in torch.randint(0, 2**31, (2,))]
     runs = []
     for seed in seeds:
-        with spy_calls(fn) as calls:
+        with spy_calls(fn) as calls, _draws(fn) as drawn:
             a = _write(fn, ids, n, None, temperature=t, top_k=k, top_p=1.0,
                        generator=torch.Generator().manual_seed(seed))
         expect(len(a) == n, f"sampling with max_new_tokens={n} and no EOS should give {n} "
@@ -641,6 +691,15 @@ def _writer_sampling(fn: Callable) -> str:
                f"my_writer made {calls['sample']} call(s) of sample (from your chapter 05 "
                f"notebook) for {n} sampled tokens: with temperature > 0 each token is drawn by "
                "your sampler")
+        expect(calls["generate"] >= 1,
+               "with temperature > 0 my_writer never called generate: sampled text, too, comes "
+               "out of the loop you wrote in exercise 1, not out of a second loop")
+        wrong = _not_drawn(a, drawn) if drawn is not None else None
+        if wrong is not None:
+            raise CheckFailed(
+                f"with temperature={t}, new token {wrong} of my_writer is {a[wrong]} "
+                f"({tok.decode([a[wrong]])!r}), which is not the token your sample drew for "
+                "that step: the token the loop keeps must be the one sample returned")
         runs.append(a)
         with torch.inference_mode():
             logits = model(torch.tensor([list(ids) + a]))[0, len(ids) - 1 : -1]  # [n, V]
