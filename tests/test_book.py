@@ -69,7 +69,8 @@ def test_every_glossary_row_names_english_chinese_and_a_chapter():
         assert re.search(r"[\u4e00-\u9fff]", chinese) or chinese.startswith(("token", "logits")), (
             f"no 中文 for {english}")
         assert len(meaning) > 20, f"no meaning for {english}"
-        assert re.fullmatch(r"\{chn?\}`(0\d|1[0-3])`", chapter), f"{english}: chapter cell is {chapter!r}"
+        assert re.fullmatch(r"\{chn?\}`(0\d|1[0-3])`", chapter), (
+            f"{english}: chapter cell is {chapter!r}")
 
 
 def test_toc_lists_the_chapters_present(tmp_path):
