@@ -652,15 +652,16 @@ def _shapes_keys(fn: Callable) -> None:
                f"predict_shapes(...)[{key!r}] should be {_not_a_shape(got[key])}")
 
 
-@exercise("ch03.predict_shapes", "gets the worked example (B=1, T=3, C=32, Hq=4, Hkv=2, D=8, V=64)")
+@exercise("ch03.predict_shapes", "gets the paper example's config as a batch of 2 prompts of "
+          "5 tokens (C=32, Hq=4, Hkv=2, D=8, V=64)")
 def _shapes_paper(fn: Callable) -> None:
-    _compare_shapes(fn, (1, 3, 32, 4, 2, 8, 64))
+    _compare_shapes(fn, (2, 5, 32, 4, 2, 8, 64))  # the chapter measures B=1, T=3 only
 
 
 @exercise("ch03.predict_shapes", "gets every shape right for 12 configs you have not seen")
 def _shapes_random(fn: Callable) -> None:
     fixed = [
-        (1, 3, 32, 4, 1, 8, 64),  # MQA
+        (2, 4, 32, 4, 1, 8, 64),  # MQA (the chapter measures it at B=1, T=3)
         (3, 7, 64, 4, 4, 16, 50),  # MHA, Hq * D == C
         (2, 5, 64, 4, 2, 32, 151936),  # tiny: Hq * D = 128 != C
         (1, 1, 40, 8, 2, 10, 33),  # a single token
