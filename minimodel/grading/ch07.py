@@ -481,7 +481,7 @@ def _cached_prefill(fn: Callable) -> None:
 @exercise("ch07.cached_attention", "chunked prefill (1 < Q < K): new token j reads keys "
           "0..K-Q+j (bottom-right)")
 def _cached_chunk(fn: Callable) -> None:
-    for Q, K, Hq, Hkv, D in ((3, 7, 4, 2, 8), (2, 5, 2, 1, 16), (8, 20, 4, 4, 32),
+    for Q, K, Hq, Hkv, D in ((3, 10, 4, 2, 8), (2, 5, 2, 1, 16), (8, 20, 4, 4, 32),
                              (5, 6, 8, 2, 16), (4, 16, 6, 3, 8)):
         _compare_cached(fn, Q, K, Hq, Hkv, D)
 
