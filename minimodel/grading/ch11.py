@@ -621,7 +621,7 @@ def _timed_server_on(fn: Callable, server) -> str:
 
 SWEEP_PROMPTS = [f"prompt {i}: " + "word " * i for i in range(10)]
 SWEEP_LEVELS = [1, 3, 4, 2]
-_WAVE_DEADLINE_S = 20.0  # how long the first requests of a level wait for the others
+_WAVE_DEADLINE_S = 10.0  # how long the first requests of a level wait for the others
 _ROW_KEYS = ("concurrency", "requests", "tokens", "wall_s", "throughput", "ttft_p50", "ttft_p90",
              "tpot_p50", "tpot_p90")
 
@@ -669,6 +669,7 @@ class _SweepServer:
             level = self.level_of(k)
             cold = k == 0
             call = {"prompt": prompt, "level": level, "start": next(self.seq),
+                    "thread": threading.get_ident(),
                     "ttft_s": 30.0 + float(torch.rand(())) if cold else
                     0.01 + float(torch.rand(())), "tpot_s": 1.0 if cold else
                     0.001 + float(torch.rand(())) / 10, "completion_tokens": _tokens_of(prompt)}
@@ -779,6 +780,8 @@ def _sweep_concurrency(fn: Callable) -> None:
     for i, (n, calls) in enumerate(zip(server.levels, by_level)):
         peak = _peak(calls)
         expect(peak <= n, f"at concurrency {n}, {peak} requests were in flight at once")
+        threads = len({c["thread"] for c in calls})
+        expect(threads <= n, f"at concurrency {n}, {threads} threads sent requests: {n} clients")
         expect(peak >= n,
                f"at concurrency {n} at most {peak} requests were in flight at once (the first "
                f"ones waited {_WAVE_DEADLINE_S:g} s for the others): start {n} clients together, "
