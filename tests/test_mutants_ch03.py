@@ -483,6 +483,8 @@ SHAPE_MUTANTS = {
     "drops the batch dim": _shapes_with(input_ids="(T,)", embeddings="(T, C)"),
     "logits over C": _shapes_with(logits="(B, T, C)"),
     "hard-coded seed table": lambda *a: shapes_ok(1, 3, 32, 4, 2, 8, 64),
+    "batch fixed at 1 (the chapter's B)": lambda B, *a: shapes_ok(1, *a),
+    "B and T swapped": lambda B, T, *a: shapes_ok(T, B, *a),
     "missing key": lambda *a: {k: v for k, v in shapes_ok(*a).items() if k != "scores"},
     "tensors instead of shapes": lambda *a: {k: torch.zeros(v) for k, v in shapes_ok(*a).items()},
 }
