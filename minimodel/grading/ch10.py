@@ -437,11 +437,10 @@ def _call_layer(fn: Callable, i: int, rank: int, world: int) -> tuple[torch.Tens
     expect(isinstance(got, tuple) and len(got) == 3,
            f"{what} returned {type(got).__name__}; return a tuple (out, k, v)")
     out, k, v = got
-    hkv = len(_rank_kv_heads(cfg, rank, world))
     expect_shape(out, tuple(x.shape), f"{what}: out")
-    expect_shape(k, (x.shape[0], hkv, cfg.head_dim),
-                 f"{what}: k (this rank's {hkv} KV head(s) of {cfg.num_key_value_heads})")
-    expect_shape(v, (x.shape[0], hkv, cfg.head_dim), f"{what}: v")
+    for t, n in ((k, "k"), (v, "v")):
+        expect(isinstance(t, torch.Tensor), f"{what}: {n} should be a torch.Tensor, got "
+                                            f"{type(t).__name__}")
     expect(given.keys() == w.keys() and all(given[n] is w[n] for n in w),
            f"{what} changed the weights dict; read it, don't modify it")
     return out.detach(), k.detach(), v.detach()
@@ -461,6 +460,11 @@ def _kv_problem(k: torch.Tensor, v: torch.Tensor, i: int, rank: int, world: int)
     name, cfg, _, _ = _tp_cases()[i]
     ref = _tp_reference(i)
     heads = _rank_kv_heads(cfg, rank, world)
+    T, D = ref["k"].shape[0], cfg.head_dim
+    for got, n in ((k, "k"), (v, "v")):
+        expect_shape(got, (T, len(heads), D), (
+            f"On {name}, rank {rank} of {world}: {n} (the {len(heads)} KV head(s) of "
+            f"{cfg.num_key_value_heads} that this rank keeps in its cache)"))
     for got, full, what in ((k, ref["k"], "K (after k_norm and RoPE)"), (v, ref["v"], "V")):
         want = full[:, heads]
         if not torch.allclose(got, want, atol=_TP_TOL, rtol=_TP_TOL):
