@@ -124,16 +124,6 @@ SSE_MUTANTS = {
 }
 
 
-@pytest.mark.parametrize("fn", [sse_solution, sse_bytes_lines])
-def test_sse_correct(fn):
-    assert check("ch11.sse_events", fn).passed
-
-
-@pytest.mark.parametrize("name", SSE_MUTANTS)
-def test_sse_mutants(name):
-    assert not check("ch11.sse_events", SSE_MUTANTS[name]).passed
-
-
 # --- ch11.merge_stream --------------------------------------------------------------------------
 
 
@@ -241,16 +231,6 @@ MERGE_MUTANTS = {
 }
 
 
-@pytest.mark.parametrize("fn", [merge_solution, merge_defaultdict])
-def test_merge_correct(fn):
-    assert check("ch11.merge_stream", fn).passed
-
-
-@pytest.mark.parametrize("name", MERGE_MUTANTS)
-def test_merge_mutants(name):
-    assert not check("ch11.merge_stream", MERGE_MUTANTS[name]).passed
-
-
 # --- ch11.timed_stream --------------------------------------------------------------------------
 
 
@@ -331,16 +311,6 @@ TIMED_MUTANTS = {
     "TTFT from the first clock reading, not start": _timed_mutant(own_start=True),
     "no usage: counts chunks instead of raising": _timed_mutant(no_usage_ok=True),
 }
-
-
-@pytest.mark.parametrize("fn", [timed_solution, timed_first_last])
-def test_timed_correct(fn):
-    assert check("ch11.timed_stream", fn).passed
-
-
-@pytest.mark.parametrize("name", TIMED_MUTANTS)
-def test_timed_mutants(name):
-    assert not check("ch11.timed_stream", TIMED_MUTANTS[name]).passed
 
 
 # --- ch11.sweep ---------------------------------------------------------------------------------
@@ -456,11 +426,23 @@ SWEEP_MUTANTS = {
 }
 
 
-@pytest.mark.parametrize("fn", [sweep_solution, sweep_event_counter])
-def test_sweep_correct(fn):
-    assert check("ch11.sweep", fn).passed
+# --- every exercise -----------------------------------------------------------------------------
+
+EXERCISES = {
+    "ch11.sse_events": ([sse_solution, sse_bytes_lines], SSE_MUTANTS),
+    "ch11.merge_stream": ([merge_solution, merge_defaultdict], MERGE_MUTANTS),
+    "ch11.timed_stream": ([timed_solution, timed_first_last], TIMED_MUTANTS),
+    "ch11.sweep": ([sweep_solution, sweep_event_counter], SWEEP_MUTANTS),
+}
+CORRECT = [(ex, fn) for ex, (fns, _) in EXERCISES.items() for fn in fns]
+WRONG = [(ex, name) for ex, (_, mutants) in EXERCISES.items() for name in mutants]
 
 
-@pytest.mark.parametrize("name", SWEEP_MUTANTS)
-def test_sweep_mutants(name):
-    assert not check("ch11.sweep", SWEEP_MUTANTS[name]).passed
+@pytest.mark.parametrize("exercise, fn", CORRECT, ids=[f"{e}-{f.__name__}" for e, f in CORRECT])
+def test_correct_variants_pass(exercise, fn):
+    assert check(exercise, fn).passed
+
+
+@pytest.mark.parametrize("exercise, name", WRONG, ids=[f"{e}-{n}" for e, n in WRONG])
+def test_mutants_fail(exercise, name):
+    assert not check(exercise, EXERCISES[exercise][1][name]).passed

@@ -48,6 +48,17 @@ def _randint(low: int, high: int) -> int:
     return int(torch.randint(low, high + 1, ()))
 
 
+def _on_server(check: Callable) -> Callable[[Callable], str]:
+    """A check that runs against its own server: check(fn, server)."""
+
+    @functools.wraps(check)
+    def run(fn: Callable) -> str:
+        with served() as server:
+            return check(fn, server)
+
+    return run
+
+
 def _post_stream(server, path: str, body: dict) -> list[bytes]:
     """The raw bytes of a streamed answer of `server`, in the chunks httpx gave."""
     body = {"model": server.model_name, "stream": True, **body}
@@ -243,12 +254,8 @@ def _sse_lazy(fn: Callable) -> None:
 
 @exercise("ch11.sse_events", "the real server's bytes (completions and chat, several choices, "
                              "usage) in httpx's chunks and cut again at random")
-def _sse_server(fn: Callable) -> str:
-    with served() as server:
-        return _sse_server_on(fn, server)
-
-
-def _sse_server_on(fn: Callable, server) -> str:
+@_on_server
+def _sse_server(fn: Callable, server) -> str:
     bodies = [("/v1/completions", {"prompt": "床前明月光，", "max_tokens": 8, "n": 2,
                                    "temperature": 0.8, "seed": 3,
                                    "stream_options": {"include_usage": True}}),
@@ -416,12 +423,8 @@ def _no_logprobs(answer: dict) -> dict:
 
 @exercise("ch11.merge_stream", "the real server: streams of completions and chat with n = 3, "
                                "seeds and stop strings merge to the non-streamed answer")
-def _merge_server(fn: Callable) -> str:
-    with served() as server:
-        return _merge_server_on(fn, server)
-
-
-def _merge_server_on(fn: Callable, server) -> str:
+@_on_server
+def _merge_server(fn: Callable, server) -> str:
     free = _post(server, "/v1/completions", {"prompt": "ROMEO.\n", "max_tokens": 16,
                                              "temperature": 0, "ignore_eos": True})
     free = free["choices"][0]["text"]
@@ -576,12 +579,8 @@ def _live_events(response: httpx.Response) -> Iterator[dict]:
 
 @exercise("ch11.timed_stream", "the real server: the text and tokens of the answer without "
                                "streaming, and TTFT and TPOT read from the clock at the events")
-def _timed_server(fn: Callable) -> str:
-    with served() as server:
-        return _timed_server_on(fn, server)
-
-
-def _timed_server_on(fn: Callable, server) -> str:
+@_on_server
+def _timed_server(fn: Callable, server) -> str:
     body = {"model": server.model_name, "prompt": "床前明月光，", "max_tokens": 10,
             "temperature": 0, "ignore_eos": True}
     whole = _post(server, "/v1/completions", body)
@@ -827,12 +826,8 @@ def _sweep_numbers(fn: Callable) -> None:
 
 @exercise("ch11.sweep", "the real server: levels 1, 2 and 4 over 4 prompts, the same tokens at "
                         "every level")
-def _sweep_server(fn: Callable) -> str:
-    with served() as server:
-        return _sweep_server_on(fn, server)
-
-
-def _sweep_server_on(fn: Callable, server) -> str:
+@_on_server
+def _sweep_server(fn: Callable, server) -> str:
     prompts = ["ROMEO.\n", "JULIET.\n", "床前明月光，", "春眠不觉晓，"]
     calls = []
     lock = threading.Lock()
