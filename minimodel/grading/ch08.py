@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
 import numbers
 import re
@@ -881,6 +882,17 @@ class CapstoneCase:
     preemptions: int
 
 
+@contextmanager
+def _engine_quiet() -> Iterator[None]:
+    """The engine's warnings off while the grader tries random schedules of its own."""
+    log = logging.getLogger("minimodel.engine")
+    before, log.disabled = log.disabled, True
+    try:
+        yield
+    finally:
+        log.disabled = before
+
+
 def _draw_case(tight: bool) -> CapstoneCase:
     """Random requests of real text whose schedule shows what the case is about: chunked
     prefill and several requests decoding together (roomy), or preemptions (tight)."""
@@ -890,8 +902,9 @@ def _draw_case(tight: bool) -> CapstoneCase:
         lens = [_randint(6, 20) if tight else _randint(4, 20) for _ in range(n)]
         new = [_randint(5, 10) if tight else _randint(3, 8) for _ in range(n)]
         try:
-            trace, kinds, pre, chunks = engine_schedule(
-                lens, new, s["page_size"], s["num_pages"], s["token_budget"], s["max_seqs"])
+            with _engine_quiet():  # a drawn case that fills the pool is dropped, not reported
+                trace, kinds, pre, chunks = engine_schedule(
+                    lens, new, s["page_size"], s["num_pages"], s["token_budget"], s["max_seqs"])
         except ValueError:
             continue
         together = max((len(step) for step, k in zip(trace, kinds) if not k), default=0) >= 2
