@@ -229,3 +229,10 @@ def test_no_notebook_imports_a_graders_oracle():
     assert not bad, ("these cells import a grader's own functions, which answer an exercise; "
                      "show the behaviour through the package's public API instead: "
                      + "; ".join(bad))
+
+
+def test_every_chapter_after_the_tour_has_an_exercise_notebook():
+    numbers = [nb.name[:2] for nb in CHAPTERS if nb.name[:2] != "00"]
+    missing = [n for n in numbers if not list((ROOT / "solutions").glob(f"ch{n}_*.ipynb"))
+               or not list((ROOT / "exercises").glob(f"ch{n}_*.ipynb"))]
+    assert numbers and not missing, f"chapters without an exercise notebook: {missing}"
