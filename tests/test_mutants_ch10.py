@@ -276,7 +276,7 @@ def test_stub_is_todo_not_an_error(name):
 
 # --- tp_decoder_layer (the capstone): run on two real gloo processes ------------------------------
 #
-# The layers below are module-level functions, so the spawned ranks import them from this file;
+# The layers below are module-level functions, so the rank processes import them from this file;
 # the names column_parallel_linear, row_parallel_linear and shard_qkv are the pieces the check
 # watches. The solution is loaded from the solutions notebook, as a learner's would be.
 
@@ -384,7 +384,7 @@ TP_MUTANTS = [tp_no_allreduce_after_down_proj, tp_residual_inside_the_allreduce,
               tp_unsharded_weights_on_every_rank, tp_unsharded_but_two_allreduces]
 
 
-@pytest.mark.stress  # spawns two rank processes per check
+@pytest.mark.stress  # starts two rank processes per check
 @pytest.mark.parametrize("get", [tp_solution, lambda: tp_ok_variant],
                          ids=["solution", "hidden_variant"])
 def test_tp_layer_correct_passes(get):

@@ -3,11 +3,15 @@ vocab_parallel_embedding, shard_qkv, and the capstone tp_decoder_layer.
 
 For the first four the ranks are simulated in one process: a function gets `rank` and
 `world_size` and returns what that rank computes or holds; "all_reduce" is the sum of the ranks'
-results. The capstone runs in real processes: two ranks started with multiprocessing's spawn,
-joined in a gloo process group, each loading the learner's function (from the saved notebook,
-with `learner_module`, or from its module). Shapes: N or T tokens, C in-features (hidden), O
-out-features, W ranks (world_size), V vocabulary, Hq / Hkv query / KV heads, D head dim, I
-intermediate size.
+results. The capstone runs in real processes: two ranks started with multiprocessing's
+forkserver (a clean server process that imports torch once and forks each rank from itself, so
+no rank inherits the caller's threads, and a second check starts in seconds), joined in a gloo
+process group, each loading the learner's function (from the saved notebook, with
+`learner_module`, or from its module). The ranks are always stopped when a check ends; the
+server stays, idle, until the calling process exits.
+
+Shapes: N or T tokens, C in-features (hidden), O out-features, W ranks (world_size), V
+vocabulary, Hq / Hkv query / KV heads, D head dim, I intermediate size.
 """
 
 from __future__ import annotations
@@ -313,13 +317,13 @@ def _qkv_product(fn: Callable) -> None:
 # rank loaded the checkpoint), x [T, C] one sequence at positions 0..T-1. It returns the layer's
 # output [T, C] (the same on every rank) and the K (after QK-norm and RoPE) and V [T, hkv, D] of
 # the KV heads this rank keeps in its cache. With world_size=1 there is no process group.
-# With two ranks it runs in two spawned processes joined by gloo; every torch.distributed
+# With two ranks it runs in two processes (forkserver) joined by gloo; every torch.distributed
 # all_reduce is recorded there (shape and the summed result), and the matmul FLOPs and the calls
 # of the learner's three pieces are counted.
 
 _TP_TOL = 1e-4
 _TP_WORLD = 2
-_STARTUP_S = 300.0  # spawn, import torch, load the notebook: generous for a loaded machine
+_STARTUP_S = 300.0  # start the server (imports torch), load the notebook: generous under load
 _STRAGGLER_S = 90.0  # a rank still running this long after another finished is stuck
 _COLLECTIVE_S = 120  # gloo's own limit on one collective
 _PIECES = ("column_parallel_linear", "row_parallel_linear", "shard_qkv")
@@ -498,7 +502,7 @@ def _tp_one_rank(fn: Callable) -> None:
 
 
 def _function_ref(fn: Callable) -> tuple[str, str, str]:
-    """How a spawned process finds fn: ("notebook", path, name) or ("module", module, name)."""
+    """How a rank process finds fn: ("notebook", path, name) or ("module", module, name)."""
     from minimodel.grading.learner import PREFIX, find_notebook
 
     module = getattr(fn, "__module__", None) or ""
@@ -626,7 +630,8 @@ def _two_ranks(fn: Callable) -> list[list[dict]]:
             f"{', '.join(differ)} in {Path(ref[1]).name}, as saved, differ from what this "
             "kernel runs. The two ranks are new processes: each loads your functions from the "
             "saved notebook. Save the notebook (Ctrl-S) and run this check again."))
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])  # the server imports torch once; ranks fork from it
     results = ctx.Queue()
     folder = tempfile.mkdtemp(prefix="minimodel-ch10-")
     init_method = f"file://{folder}/rendezvous"
