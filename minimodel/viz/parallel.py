@@ -239,8 +239,9 @@ def plot_tp_block(cfg: Qwen3Config, world_size: int, dtype: torch.dtype = torch.
                     color="black" if what is None else "white")
     for r, shard in enumerate(lay.ranks):
         ax.text(r * (width + gap) + width / 2, -0.35,
-                f"rank {r}\n{shard.weight_bytes / 2**20:.2f} MiB of weights, "
-                f"KV {shard.kv_bytes_per_token} B/token", ha="center", va="bottom", fontsize=8,
+                f"rank {r}: {shard.weight_bytes / 2**20:.2f} MiB of the block's weights,\n"
+                f"KV cache {shard.kv_bytes_per_token} B per token in this layer", ha="center",
+                va="bottom", fontsize=8,
                 color=colors[r], fontweight="bold")
     ax.set_xlim(-0.2, W * (width + gap))
     ax.set_ylim(len(stages) + 0.1, -1.3)
