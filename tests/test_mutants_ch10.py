@@ -438,3 +438,35 @@ def test_unsaved_notebook_edits_are_named(tmp_path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert _unsaved(mod.tp_decoder_layer, saved) == ["shard_qkv"]
+
+
+@pytest.mark.stress  # a Jupyter kernel
+def test_a_kernel_whose_notebook_is_not_saved_is_told_to_save_it(tmp_path):
+    """In a real kernel the layer runs from memory, but the ranks load the file: a saved file
+    that differs stops the check, naming the function, before any rank starts."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = tmp_path / "ch10_tensor_parallelism.ipynb"
+    path.write_text((ROOT / "solutions" / path.name).read_text(encoding="utf-8"),
+                    encoding="utf-8")
+    nb = nbformat.read(str(path), as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if 'check("ch10.tp_decoder_layer"' in c.source)
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    with client.setup_kernel():
+        for i in range(at):
+            if nb.cells[i].cell_type == "code" and "check(" not in nb.cells[i].source:
+                client.execute_cell(nb.cells[i], i)
+        saved = json.loads(path.read_text(encoding="utf-8"))  # the layer, edited on disk only
+        cell = saved["cells"][at - 1]
+        cell["source"] = "".join(cell["source"]).replace("    T = x.shape[0]\n",
+                                                         "    T = int(x.shape[0])\n", 1)
+        path.write_text(json.dumps(saved), encoding="utf-8")
+        nb.cells[at].source = ('r = check("ch10.tp_decoder_layer", tp_decoder_layer)\n'
+                               'print([o.status for o in r.outcomes], r.outcomes[1].message)')
+        client.execute_cell(nb.cells[at], at)
+    text = "".join(o.get("text", "") for o in nb.cells[at].outputs)
+    assert "['pass', 'fail', 'fail', 'fail', 'fail']" in text, text
+    assert "tp_decoder_layer in ch10_tensor_parallelism.ipynb, as saved, is not what" in text
+    assert "Save the notebook" in text

@@ -627,9 +627,10 @@ def _two_ranks(fn: Callable) -> list[list[dict]]:
     if ref[0] == "notebook" and fn.__module__ == "__main__":
         differ = _unsaved(fn, Path(ref[1]))
         expect(not differ, (
-            f"{', '.join(differ)} in {Path(ref[1]).name}, as saved, differ from what this "
-            "kernel runs. The two ranks are new processes: each loads your functions from the "
-            "saved notebook. Save the notebook (Ctrl-S) and run this check again."))
+            f"{', '.join(differ)} in {Path(ref[1]).name}, as saved, "
+            f"{'is' if len(differ) == 1 else 'are'} not what this kernel runs. The two ranks "
+            "are new processes: each loads your functions from the saved notebook. Save the "
+            "notebook (Ctrl-S) and run this check again."))
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload([__name__])  # the server imports torch once; ranks fork from it
     results = ctx.Queue()
