@@ -91,12 +91,21 @@ def test_logprobs_are_the_models_log_softmax():
 
 
 @pytest.mark.parametrize("field,value", [
-    ("temperature", -0.1), ("top_k", -1), ("top_k", 1.5), ("top_p", 0.0), ("top_p", 1.5),
-    ("max_new_tokens", -1), ("seed", -2), ("stop", [""]),
+    ("temperature", -0.1), ("top_k", -2), ("top_k", 1.5), ("top_p", 0.0), ("top_p", 1.5),
+    ("max_tokens", -1), ("seed", 2**63), ("seed", -(2**63) - 1), ("stop", [""]),
+    ("min_tokens", -1), ("min_tokens", 17), ("min_p", 1.5), ("min_p", -0.1),
+    ("repetition_penalty", 0.0), ("repetition_penalty", float("inf")),
+    ("presence_penalty", 2.5), ("frequency_penalty", -2.1), ("stop_token_ids", [-1]),
+    ("stop_token_ids", 5), ("logprobs", -1), ("logprobs", 1.0),
 ])
 def test_invalid_params_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"SamplingParams.{field}"):
         SamplingParams(**{field: value})
+
+
+def test_max_new_tokens_errors_speak_of_max_tokens():
+    with pytest.raises(ValueError, match=r"SamplingParams.max_tokens .*max_new_tokens"):
+        SamplingParams(max_new_tokens=-1)
 
 
 def test_top_p_one_keeps_the_whole_vocabulary_even_in_a_mixed_batch():
