@@ -82,6 +82,19 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seconds(text: str) -> float:
+    """A finite number of seconds > 0 (--body-timeout)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (0 < value < math.inf):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
+    return value
+
+
 def _check_can_listen(host: str, port: int) -> None:
     """An address the server could not listen on is an error before the model loads."""
     import socket
@@ -101,16 +114,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from minimodel.engine import LLM
     from minimodel.serve import serve
 
+    model = _serve_model(args)
     _check_can_listen(args.host, args.port)
-    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
-    with LLM(args.model, device=args.device, dtype=dtype, max_num_seqs=args.max_num_seqs,
-             num_pages=args.num_pages, tensor_parallel_size=args.tensor_parallel_size) as llm:
-        name = args.served_model_name or args.model
+    if args.dtype == "auto":
+        dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+    else:
+        dtype = args.dtype
+    with LLM(model, device=args.device, dtype=dtype, max_num_seqs=args.max_num_seqs,
+             num_pages=args.num_pages, tensor_parallel_size=args.tensor_parallel_size,
+             max_model_len=args.max_model_len) as llm:
+        name = args.served_model_name or model
         print(f"minimodel: serving {name!r} on http://{args.host}:{args.port} "
               f"(OpenAI API under /v1; Ctrl-C stops)", flush=True)
         serve(llm, name, host=args.host, port=args.port, api_key=args.api_key,
-              max_requests=args.max_requests, log_level=args.log_level)
+              max_requests=args.max_requests, log_level=args.log_level,
+              max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout,
+              reasoning_parser=args.reasoning_parser)
     return 0
+
+
+def _serve_model(args: argparse.Namespace) -> str:
+    """`serve MODEL` as `vllm serve MODEL`; `--model MODEL` too (not two different ones)."""
+    if args.model and args.model_option and args.model != args.model_option:
+        raise ValueError(f"two models given: {args.model!r} and --model {args.model_option!r}; "
+                         "give one.")
+    return args.model or args.model_option or DEFAULT_MODEL
 
 
 def info_rows() -> list[tuple[str, str]]:
@@ -215,8 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (streaming, /v1/...)")
-    p.add_argument("--model", default=DEFAULT_MODEL,
+    p.add_argument("model", nargs="?", default=None,
                    help="bard (default), tiny, random:<shape>, folder, repo id")
+    p.add_argument("--model", dest="model_option", default=None, help="the same as MODEL")
     p.add_argument("--device", type=device, default="cuda" if _cuda() else "cpu",
                    help="cpu, cuda or cuda:N")
     p.add_argument("--host", default="127.0.0.1",
@@ -225,7 +254,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None,
                    help="require 'Authorization: Bearer KEY' on /v1 (default: no key)")
     p.add_argument("--served-model-name", default=None,
-                   help="the model name clients send (default: --model)")
+                   help="the model name clients send (default: the model as given)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="auto (default): bfloat16 on CUDA, float32 on a CPU")
+    p.add_argument("--max-model-len", type=positive_int, default=None,
+                   help="context length in tokens (default: the model's own)")
+    p.add_argument("--max-body-bytes", type=positive_int, default=32 << 20,
+                   help="larger request bodies get HTTP 413 (default: 32 MiB)")
+    p.add_argument("--body-timeout", type=_seconds, default=30.0,
+                   help="seconds a request body may take to arrive, else HTTP 408 (default: 30)")
+    p.add_argument("--reasoning-parser", default=None, choices=["qwen3"],
+                   help="qwen3: Qwen3's <think> text goes to reasoning_content, not content")
     p.add_argument("--max-num-seqs", type=positive_int, default=64,
                    help="requests decoded at once")
     p.add_argument("--num-pages", type=positive_int, default=None,

@@ -31,8 +31,9 @@ from typing import Any, TypeVar
 import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
@@ -48,11 +49,15 @@ from minimodel.serve.engine_loop import (
     ServerBusy,
     Update,
 )
+from minimodel.serve.metrics import ServerMetrics
 from minimodel.serve.protocol import (
     APIError,
     ChatCompletionRequest,
     CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
     bad_request,
+    check_extra,
     check_fields,
     check_roles,
     message_dicts,
@@ -60,7 +65,8 @@ from minimodel.serve.protocol import (
     sampling_params,
     wants_logprobs,
 )
-from minimodel.tokenizer import Tokenizer, load_tokenizer
+from minimodel.serve.reasoning import ReasoningSplit, split_reasoning
+from minimodel.tokenizer import Tokenizer, _bytes_to_unicode, load_tokenizer
 
 log = logging.getLogger("minimodel.serve")
 T = TypeVar("T")
@@ -68,6 +74,8 @@ T = TypeVar("T")
 MAX_BODY_BYTES = 32 << 20  # a larger body is refused (413) before it is read
 BODY_TIMEOUT_S = 30.0  # a body must arrive within this (408)
 SHUTDOWN_GRACE_S = 5.0  # open streams get this long to send their last events at shutdown
+REASONING_PARSERS = ("qwen3",)  # --reasoning-parser: Qwen3's <think> block -> reasoning_content
+_BYTE_OF = {char: byte for byte, char in _bytes_to_unicode().items()}
 
 
 def _server_error(err: Exception) -> JSONResponse:
@@ -170,12 +178,24 @@ def completion_logprobs(tokenizer: Tokenizer, ids: list[int], logprobs: list[flo
             "text_offset": offsets}
 
 
+def token_bytes(tokenizer: Tokenizer, token_id: int, text: str) -> list[int]:
+    """The UTF-8 bytes one token stands for, also when it ends inside a character (its text
+    then shows U+FFFD): read from the byte-level token string, one character per byte."""
+    if "\ufffd" not in text:
+        return list(text.encode("utf-8"))
+    piece = tokenizer.id_to_token(token_id) or ""
+    if all(char in _BYTE_OF for char in piece):
+        return [_BYTE_OF[char] for char in piece]
+    return list(text.encode("utf-8"))
+
+
 def chat_logprobs(tokenizer: Tokenizer, ids: list[int], logprobs: list[float]) -> dict[str, Any]:
-    """The `logprobs` object of a chat choice; `bytes` is null for a piece of a character."""
+    """The `logprobs` object of a chat choice, in OpenAI's shape: each token's text, its
+    log-probability and its UTF-8 bytes (a piece of a character has its own bytes)."""
     content = []
-    for text, lp in zip(_token_texts(tokenizer, ids), logprobs, strict=True):
-        raw = None if "\ufffd" in text else list(text.encode("utf-8"))
-        content.append({"token": text, "logprob": lp, "bytes": raw, "top_logprobs": []})
+    for i, text, lp in zip(ids, _token_texts(tokenizer, ids), logprobs, strict=True):
+        content.append({"token": text, "logprob": lp, "bytes": token_bytes(tokenizer, i, text),
+                        "top_logprobs": []})
     return {"content": content}
 
 
@@ -222,23 +242,31 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None
 class _Kind:
     """What differs between /v1/completions and /v1/chat/completions in the answer."""
 
-    def __init__(self, chat: bool) -> None:
+    def __init__(self, chat: bool, thinking: bool | None = None) -> None:
         self.chat = chat
+        # None: no reasoning parser, the whole text is content; else whether thinking is on
+        self.thinking = thinking
         self.object = "chat.completion" if chat else "text_completion"
         self.chunk_object = "chat.completion.chunk" if chat else "text_completion"
         self.id_prefix = "chatcmpl-" if chat else "cmpl-"
 
     def choice(self, index: int, text: str, logprobs: Any, finish: str | None) -> dict:
         if self.chat:
-            return {"index": index, "message": {"role": "assistant", "content": text},
-                    "logprobs": logprobs, "finish_reason": finish}
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if self.thinking is not None:
+                reasoning, message["content"] = split_reasoning(text, self.thinking)
+                message["reasoning_content"] = reasoning
+            return {"index": index, "message": message, "logprobs": logprobs,
+                    "finish_reason": finish}
         return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
     def chunk_choice(self, index: int, text: str | None, logprobs: Any,
-                     finish: str | None, role: bool = False) -> dict:
+                     finish: str | None, role: bool = False, reasoning: str = "") -> dict:
         if self.chat:
             delta: dict[str, str] = {"role": "assistant"} if role else {}
-            if text is not None:
+            if reasoning:
+                delta["reasoning_content"] = reasoning
+            if text is not None and (text or not reasoning):
                 delta["content"] = text
             return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         return {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
@@ -256,14 +284,22 @@ def _longest_token_bytes(tokenizer: Tokenizer) -> int:
 
 def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None,
                max_body_bytes: int = MAX_BODY_BYTES,
-               body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:
+               body_timeout_s: float = BODY_TIMEOUT_S,
+               reasoning_parser: str | None = None) -> FastAPI:
     """The FastAPI app around `engine`; its lifespan starts and stops the engine thread.
 
     max_body_bytes: larger request bodies get a 413 before they are read.
     body_timeout_s: a body that has not fully arrived by then gets a 408 (and the connection
     is closed), so that a client that sends headers and then nothing holds no handler.
+    reasoning_parser: "qwen3" puts the text of Qwen3's <think> block into reasoning_content
+    (as vLLM's --reasoning-parser qwen3); None (the default, as vLLM's) leaves it in content.
     """
+    if reasoning_parser not in (None, *REASONING_PARSERS):
+        raise ValueError(f"reasoning_parser must be None or one of {REASONING_PARSERS}, got "
+                         f"{reasoning_parser!r}.")
     llm = engine.llm
+    metrics = ServerMetrics(engine, model_name)
+    engine.metrics = metrics
     # The HTTP side's own tokenizer: it tokenises prompts and detokenises answers here, while
     # the engine thread only runs steps (and checks stop strings with its own).
     tokenizer = load_tokenizer(llm.folder)
@@ -354,9 +390,37 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None,
 
     def check_model(name: str | None) -> None:
         if name is not None and name != model_name:
-            raise bad_request(f"The model {name!r} does not exist here; this server serves "
-                              f"{model_name!r} (see /v1/models).", param="model",
-                              code="model_not_found")
+            raise APIError(404, f"The model {name!r} does not exist here; this server serves "
+                           f"{model_name!r} (see /v1/models).", "invalid_request_error",
+                           param="model", code="model_not_found")
+
+    async def chat_prompt(messages: list, chat_template_kwargs: dict | None,
+                          enable_thinking: bool | None,
+                          add_generation_prompt: bool = True) -> tuple[list[int], bool]:
+        """Chat messages through the chat template -> (token ids, thinking on)."""
+        check_roles(messages)
+        dicts = message_dicts(messages)
+        check_text_length("".join(m["content"] for m in dicts), "messages")
+        kwargs = dict(chat_template_kwargs or {})
+        taken = sorted(kwargs.keys() & {"messages", "add_generation_prompt", "tokenize"})
+        if taken:
+            raise bad_request(f"chat_template_kwargs may not set {', '.join(taken)}: the server "
+                              "sets these itself.", param="chat_template_kwargs")
+        # the chat template's own default (minimodel.tokenizer): thinking on
+        thinking = kwargs.pop("enable_thinking", True)
+        if enable_thinking is not None:
+            thinking = enable_thinking
+        if not isinstance(thinking, bool):
+            raise bad_request(f"enable_thinking must be true or false, got {thinking!r}.",
+                              param="chat_template_kwargs")
+        try:
+            ids = await off_loop(tokenizer.apply_chat_template, dicts,
+                                 add_generation_prompt=add_generation_prompt,
+                                 enable_thinking=thinking, tokenize=True, **kwargs)
+        except Exception as err:  # the template rejects the conversation
+            raise bad_request(f"messages: the chat template cannot render them: {err}",
+                              param="messages") from None
+        return ids, thinking
 
     def check_count(n: int) -> None:
         """One HTTP request asks for n completions: more than the server ever holds is a 400
@@ -389,6 +453,43 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None,
             body["reason"] = reason
         return JSONResponse(body, status_code=200 if reason is None else 503)
 
+    @app.get("/metrics")
+    async def metrics_text() -> Response:
+        """The server's metrics in Prometheus' text format (see metrics.py)."""
+        return PlainTextResponse(generate_latest(metrics.registry),
+                                 media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/tokenize", dependencies=[Depends(check_api_key)])
+    async def tokenize(request: Request) -> dict:
+        """vLLM's /tokenize: {prompt} or {messages, add_generation_prompt} -> the token ids
+        the engine would run, with their count and the context length."""
+        req: TokenizeRequest = parse(TokenizeRequest, await read_body(request))
+        check_model(req.model)
+        check_extra(req)
+        if (req.prompt is None) == (req.messages is None):
+            raise bad_request("Give either prompt or messages.", param="prompt")
+        if req.messages is not None:
+            ids, _ = await chat_prompt(req.messages, req.chat_template_kwargs,
+                                       req.enable_thinking, req.add_generation_prompt)
+        else:
+            check_text_length(req.prompt, "prompt")
+            ids = await off_loop(tokenizer.encode, req.prompt)
+        return {"count": len(ids), "max_model_len": llm.max_model_len, "tokens": ids,
+                "token_strs": tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs
+                else None}
+
+    @app.post("/detokenize", dependencies=[Depends(check_api_key)])
+    async def detokenize(request: Request) -> dict:
+        """vLLM's /detokenize: {tokens} -> {prompt}, their text."""
+        req: DetokenizeRequest = parse(DetokenizeRequest, await read_body(request))
+        check_model(req.model)
+        check_extra(req)
+        try:
+            text = await off_loop(tokenizer.decode, req.tokens)
+        except ValueError as err:
+            raise bad_request(f"tokens: {err}", param="tokens") from None
+        return {"prompt": text}
+
     @app.get("/v1/models", dependencies=[Depends(check_api_key)])
     async def models() -> dict:
         return {"object": "list", "data": [{
@@ -417,29 +518,14 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None,
         req: ChatCompletionRequest = parse(ChatCompletionRequest, await read_body(request))
         check_model(req.model)
         check_fields(req)
-        check_roles(req.messages)
         check_count(req.n)
-        messages = message_dicts(req.messages)
-        check_text_length("".join(m["content"] for m in messages), "messages")
-        kwargs = dict(req.chat_template_kwargs or {})
-        taken = sorted(kwargs.keys() & {"messages", "add_generation_prompt", "tokenize"})
-        if taken:
-            raise bad_request(f"chat_template_kwargs may not set {', '.join(taken)}: the server "
-                              "sets these itself.", param="chat_template_kwargs")
-        thinking = kwargs.pop("enable_thinking", True)
-        if req.enable_thinking is not None:
-            thinking = req.enable_thinking
-        try:
-            ids = await off_loop(tokenizer.apply_chat_template, messages,
-                                 add_generation_prompt=True, enable_thinking=bool(thinking),
-                                 tokenize=True, **kwargs)
-        except Exception as err:  # the template rejects the conversation
-            raise bad_request(f"messages: the chat template cannot render them: {err}",
-                              param="messages") from None
+        ids, thinking = await chat_prompt(req.messages, req.chat_template_kwargs,
+                                          req.enable_thinking)
         requests = [(ids, sampling_params(req, context_left(ids), j)) for j in range(req.n)]
         check_context(requests)
         skip = req.skip_special_tokens is not False  # chat: on unless asked otherwise
-        return await _answer(request, engine, tokenizer, _Kind(chat=True), req, requests,
+        kind = _Kind(chat=True, thinking=thinking if reasoning_parser else None)
+        return await _answer(request, engine, tokenizer, kind, req, requests,
                              [ids], model_name, skip, "messages")
 
     return app
@@ -547,6 +633,8 @@ async def _events(job: Job, kind: _Kind, meta: dict, texts: list[ChoiceText],
         yield event([kind.chunk_choice(i, "", None, None, role=True) for i in range(len(texts))])
     completion_tokens = 0
     offsets = [0] * len(texts)
+    splits = ([ReasoningSplit(kind.thinking) for _ in texts] if kind.thinking is not None
+              else None)
     try:
         async for update in job.updates():
             if update.error is not None:  # an error event, then [DONE], as vLLM ends one
@@ -566,9 +654,15 @@ async def _events(job: Job, kind: _Kind, meta: dict, texts: list[ChoiceText],
                 else:
                     lp = completion_logprobs(tokenizer, update.token_ids, lps, offsets[i])
                     offsets[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])
-            if not delta and finish is None and lp is None:
+            reasoning = ""
+            if splits is not None:
+                reasoning, delta = splits[i].push(delta)
+                if finish is not None:
+                    rest = splits[i].finish()
+                    reasoning, delta = reasoning + rest[0], delta + rest[1]
+            if not delta and not reasoning and finish is None and lp is None:
                 continue  # a token that completes no character yet
-            yield event([kind.chunk_choice(i, delta, lp, finish)])
+            yield event([kind.chunk_choice(i, delta, lp, finish, reasoning=reasoning)])
         if include_usage:
             yield event([], _usage(prompt_tokens, completion_tokens))
         yield {"data": "[DONE]"}

@@ -20,9 +20,13 @@ import threading
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from minimodel.engine.llm import LLM, RequestOutput, StepError
 from minimodel.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from minimodel.serve.metrics import ServerMetrics
 
 log = logging.getLogger("minimodel.serve")
 _SERVED: weakref.WeakSet[LLM] = weakref.WeakSet()  # LLMs that an engine thread steps now
@@ -90,6 +94,7 @@ class EngineLoop:
         self._stopped = False  # stop() was called: no new requests
         self._closed = False  # the thread has left its loop: the inbox is read no more
         self.num_steps = 0  # engine steps run so far
+        self.metrics: ServerMetrics | None = None  # set by the app: /metrics counts jobs here
 
     # --- life cycle (any thread) -------------------------------------------------------
 
@@ -317,16 +322,23 @@ class Job:
                 self.engine._send(("add", prompt, params, _Route(self, index), future))
                 self.request_ids.append(await future)
                 self._open.add(index)
+                if self.engine.metrics is not None:
+                    self.engine.metrics.prompt(len(prompt))
         except BaseException:
             self.cancel()
             raise
 
     async def updates(self) -> AsyncIterator[Update]:
         """Every update of every request, until each one has had its final update."""
+        metrics = self.engine.metrics
         while self._open:
             update = await self.queue.get()
             if update.final:
                 self._open.discard(update.index)
+            if metrics is not None:
+                metrics.generated(len(update.token_ids))
+                if update.output is not None:
+                    metrics.finished(update.output)
             yield update
         self.cancel()  # nothing left to abort; releases the admission
 
@@ -335,6 +347,8 @@ class Job:
         the admission back. Safe to call more than once, from the event loop."""
         for index in self._open:
             self.engine.abort(self.request_ids[index])
+        if self.engine.metrics is not None:
+            self.engine.metrics.aborted(len(self._open))
         self._open.clear()
         if self._admitted:
             self.engine._release(self._admitted)

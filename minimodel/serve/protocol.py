@@ -1,18 +1,24 @@
 """The OpenAI wire format: request bodies, errors, and how their fields map to SamplingParams.
 
-Requests are parsed strictly (a number where a string belongs is an error, not a guess); fields
-of the OpenAI API that this server does not implement are rejected with a clear 400 when they
-would change the answer, and ignored otherwise (`user`, `store`, `metadata`, ...).
+Requests are parsed strictly (a number where a string belongs is an error, not a guess). Every
+field is either honoured or refused with a 400 whose `param` names it: the fields below are
+honoured; IGNORED lists the few that change no answer (`user`, `store`, `metadata`, ...) and
+are accepted; NEUTRAL the ones accepted only with the value that changes nothing (`tools: []`,
+`logit_bias: {}`, `echo: false`, ...); any other field is refused by name, as is a sampling
+field the engine's SamplingParams does not have (yet), unless its value is the neutral one.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from minimodel.engine.llm import RequestOutput
 from minimodel.sampling import INT64_MAX, SamplingParams
 
 ROLES = ("system", "user", "assistant", "tool")  # the roles Qwen3's chat template renders
@@ -37,13 +43,62 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return APIError(400, message, "invalid_request_error", param, code)
 
 
+# Fields that change no answer of this server: accepted and ignored.
+IGNORED = frozenset({
+    "user", "store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier",
+    "request_id",  # vLLM's: the response has its own id
+    "add_special_tokens",  # Qwen3's tokenizer adds no special tokens either way
+    "spaces_between_special_tokens",  # byte-level decoding puts no spaces between any tokens
+})
+# Fields accepted only with a value that changes nothing; any other value is refused.
+NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "logit_bias": (None, {}), "suffix": (None, ""), "echo": (None, False),
+    "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []),
+    "function_call": (None, "none"), "parallel_tool_calls": (None,),
+    "response_format": (None, {"type": "text"}), "modalities": (None, ["text"]),
+    "audio": (None,), "prediction": (None,), "reasoning_effort": (None,),
+    "verbosity": (None,), "web_search_options": (None,),
+    "add_generation_prompt": (None, True), "continue_final_message": (None, False),
+    "include_stop_str_in_output": (None, False), "use_beam_search": (None, False),
+    "prompt_logprobs": (None,), "allowed_token_ids": (None,), "bad_words": (None, []),
+    "truncate_prompt_tokens": (None,), "guided_json": (None,), "guided_regex": (None,),
+    "guided_choice": (None,), "guided_grammar": (None,), "structured_outputs": (None,),
+    "priority": (None, 0), "logits_processors": (None,), "return_tokens_as_token_ids": (None,
+                                                                                    False),
+}
+# Sampling fields passed to SamplingParams once it has them; until then only the neutral value.
+ENGINE_FIELDS: dict[str, tuple[Any, ...]] = {
+    "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0), "min_p": (None, 0, 0.0), "min_tokens": (None, 0),
+    "stop_token_ids": (None, []),
+}
+SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
+
+
+def _accepts(**fields: Any) -> bool:
+    """Whether SamplingParams takes these values (what the engine can do)."""
+    try:
+        SamplingParams(**fields)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+# the engine returns the top alternatives of each token (SamplingParams takes a number and
+# RequestOutput carries them)
+TOP_LOGPROBS = _accepts(logprobs=2) and "top_logprobs" in {
+    f.name for f in dataclasses.fields(RequestOutput)}
+NEGATIVE_SEEDS = _accepts(seed=-1)
+
+
 class _Body(BaseModel):
     # strict: JSON types must match (no "0.5" for a number, no true for an integer);
-    # extra="allow": fields we do not use are accepted, as OpenAI clients send some.
+    # extra="allow": every other field is looked at by check_fields (refused or ignored).
     model_config = ConfigDict(strict=True, extra="allow")
 
 
 class StreamOptions(_Body):
+    model_config = ConfigDict(strict=True, extra="forbid")
     include_usage: bool = False
 
 
@@ -64,15 +119,16 @@ class _SamplingBody(_Body):
     skip_special_tokens: bool | None = None  # leave control tokens (<|im_end|>) out of the text
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
+    repetition_penalty: float | None = None
+    min_p: float | None = None
+    min_tokens: int | None = None
+    stop_token_ids: list[int] | None = None
 
 
 class CompletionRequest(_SamplingBody):
     prompt: str | list[str] | list[int] | list[list[int]]
-    logprobs: int | None = None  # OpenAI: how many alternatives; here only the chosen token's
-    echo: bool = False
-    best_of: int | None = None
-    suffix: str | None = None
+    logprobs: int | None = None  # the chosen token's log-probability and this many alternatives
+    best_of: int | None = None  # only None or n: n answers are n answers
 
 
 class ContentPart(_Body):
@@ -92,7 +148,25 @@ class ChatCompletionRequest(_SamplingBody):
     top_logprobs: int | None = None
     enable_thinking: bool | None = None  # Qwen3's switch; also read from chat_template_kwargs
     chat_template_kwargs: dict[str, Any] | None = None
-    tools: list[Any] | None = None
+
+
+class TokenizeRequest(_Body):
+    """POST /tokenize (vLLM's): a prompt, or chat messages through the chat template."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_generation_prompt: bool = True
+    enable_thinking: bool | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: bool = False
+
+
+class DetokenizeRequest(_Body):
+    """POST /detokenize (vLLM's): token ids -> their text."""
+
+    model: str | None = None
+    tokens: list[int]
 
 
 def parse(model: type[_Body], body: bytes) -> Any:
@@ -109,25 +183,54 @@ def parse(model: type[_Body], body: bytes) -> Any:
         raise bad_request(f"{loc[0]}: {first['msg']}", param=loc[0]) from None
 
 
+def check_extra(req: _Body) -> None:
+    """Refuse, by name, a field that is neither honoured nor harmless (see IGNORED, NEUTRAL)."""
+    for name, value in sorted((req.model_extra or {}).items()):
+        if name in IGNORED:
+            continue
+        if name not in NEUTRAL:
+            raise bad_request(f"{name} is not supported by this server.", param=name)
+        if value not in NEUTRAL[name]:
+            allowed = " or ".join(json_text(v) for v in NEUTRAL[name])
+            raise bad_request(f"{name} is not supported by this server (only {allowed}).",
+                              param=name)
+
+
+def json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
 def check_fields(req: CompletionRequest | ChatCompletionRequest) -> None:
-    """Reject what no choice could run: n < 1, and the fields that would change the answer in
-    ways this engine cannot (penalties, logit_bias, echo, suffix, best_of, tools)."""
+    """Reject what no choice could run: n < 1, best_of other than n, a field this server
+    refuses, a sampling field the engine does not have (unless neutral)."""
+    check_extra(req)
     if req.n < 1:
         raise bad_request(f"n must be an integer >= 1, got {req.n!r}.", param="n")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(req, name) not in (None, 0, 0.0):
-            raise bad_request(f"{name} is not supported (only 0).", param=name)
-    if req.logit_bias:
-        raise bad_request("logit_bias is not supported.", param="logit_bias")
-    if isinstance(req, CompletionRequest):
-        if req.echo:
-            raise bad_request("echo is not supported.", param="echo")
-        if req.suffix:
-            raise bad_request("suffix is not supported.", param="suffix")
-        if req.best_of not in (None, 1):
-            raise bad_request("best_of is not supported (only 1).", param="best_of")
-    if isinstance(req, ChatCompletionRequest) and req.tools:
-        raise bad_request("tools are not supported.", param="tools")
+    for name, neutral in ENGINE_FIELDS.items():
+        if name not in SAMPLING_FIELDS and getattr(req, name) not in neutral:
+            raise bad_request(f"{name} is not supported by this engine (only "
+                              f"{json_text(neutral[-1])}).", param=name)
+    if isinstance(req, CompletionRequest) and req.best_of not in (None, req.n):
+        raise bad_request(f"best_of must equal n ({req.n}): this server returns every answer "
+                          f"it generates, got {req.best_of}.", param="best_of")
+    if isinstance(req, CompletionRequest) and req.logprobs is not None and not (
+            0 <= req.logprobs <= MAX_LOGPROBS):
+        raise bad_request(f"logprobs must be an integer from 0 to {MAX_LOGPROBS}, got "
+                          f"{req.logprobs}.", param="logprobs")
+    if isinstance(req, ChatCompletionRequest) and req.top_logprobs is not None and not (
+            0 <= req.top_logprobs <= MAX_LOGPROBS):
+        raise bad_request(f"top_logprobs must be an integer from 0 to {MAX_LOGPROBS}, got "
+                          f"{req.top_logprobs}.", param="top_logprobs")
+    if isinstance(req, ChatCompletionRequest) and req.top_logprobs and not req.logprobs:
+        raise bad_request("top_logprobs needs logprobs: true.", param="top_logprobs")
+    alternatives = (req.logprobs if isinstance(req, CompletionRequest)
+                    else req.top_logprobs)
+    if alternatives and not TOP_LOGPROBS:
+        name = "logprobs" if isinstance(req, CompletionRequest) else "top_logprobs"
+        raise bad_request(f"{name} > 0 is not supported by this engine: it returns the chosen "
+                          "token's log-probability only (ask for 0).", param=name)
+    if req.seed is not None and req.seed < 0 and not NEGATIVE_SEEDS:
+        raise bad_request(f"seed must be an integer >= 0, got {req.seed}.", param="seed")
 
 
 _FIELD = re.compile(r"SamplingParams\.(\w+)")
@@ -149,19 +252,12 @@ def sampling_params(req: CompletionRequest | ChatCompletionRequest,
     max_tokens = req.max_tokens
     if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
         max_tokens = req.max_completion_tokens
-    logprobs = req.logprobs
-    if isinstance(req, CompletionRequest) and logprobs is not None and not (
-            0 <= logprobs <= MAX_LOGPROBS):
-        raise bad_request(f"logprobs must be an integer from 0 to {MAX_LOGPROBS}, got "
-                          f"{logprobs}.", param="logprobs")
-    if isinstance(req, ChatCompletionRequest) and req.top_logprobs is not None and not (
-            0 <= req.top_logprobs <= MAX_LOGPROBS):
-        raise bad_request(f"top_logprobs must be an integer from 0 to {MAX_LOGPROBS}, got "
-                          f"{req.top_logprobs}.", param="top_logprobs")
     if req.seed is not None and req.seed >= 0 and req.seed + req.n - 1 > INT64_MAX:
         raise bad_request(f"seed must be at most 2**63 - n (choice j draws from seed + j), got "
                           f"{req.seed}.", param="seed")
     top_k = 0 if req.top_k in (None, -1) else req.top_k
+    engine_fields = {name: getattr(req, name) for name in ENGINE_FIELDS
+                     if name in SAMPLING_FIELDS and getattr(req, name) is not None}
     try:
         return SamplingParams(
             temperature=1.0 if req.temperature is None else req.temperature,
@@ -172,6 +268,7 @@ def sampling_params(req: CompletionRequest | ChatCompletionRequest,
             seed=None if req.seed is None else req.seed + choice,
             ignore_eos=req.ignore_eos,
             logprobs=wants_logprobs(req),
+            **engine_fields,
         )
     except ValueError as err:
         message = str(err)

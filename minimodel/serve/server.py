@@ -33,12 +33,23 @@ class _Uvicorn(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def default_model_name(llm: LLM) -> str:
+    """The name a server of `llm` answers to by default: the repo id of a Hugging Face
+    snapshot (models--Qwen--Qwen3-0.6B/snapshots/<hash> -> Qwen/Qwen3-0.6B), else the folder's
+    name ("bard", "tiny")."""
+    folder = llm.folder
+    repo = folder.parent.parent.name
+    if folder.parent.name == "snapshots" and repo.startswith("models--"):
+        return repo.removeprefix("models--").replace("--", "/")
+    return folder.name
+
+
 def _server(llm: LLM, model_name: str, api_key: str | None, max_requests: int,
             log_level: str, max_body_bytes: int, body_timeout_s: float,
-            **kw: Any) -> _Uvicorn:
+            reasoning_parser: str | None = None, **kw: Any) -> _Uvicorn:
     engine = EngineLoop(llm, max_requests=max_requests)
     app = create_app(engine, model_name, api_key=api_key, max_body_bytes=max_body_bytes,
-                     body_timeout_s=body_timeout_s)
+                     body_timeout_s=body_timeout_s, reasoning_parser=reasoning_parser)
     # Open streams get SHUTDOWN_GRACE_S to send their last events; uvicorn waits a little
     # longer for every handler before it cancels what is left.
     config = uvicorn.Config(app, log_level=log_level,
@@ -49,10 +60,11 @@ def _server(llm: LLM, model_name: str, api_key: str | None, max_requests: int,
 
 def serve(llm: LLM, model_name: str, host: str = "127.0.0.1", port: int = 8000,
           api_key: str | None = None, max_requests: int = 256, log_level: str = "info",
-          max_body_bytes: int = MAX_BODY_BYTES, body_timeout_s: float = BODY_TIMEOUT_S) -> None:
+          max_body_bytes: int = MAX_BODY_BYTES, body_timeout_s: float = BODY_TIMEOUT_S,
+          reasoning_parser: str | None = None) -> None:
     """Serve until Ctrl-C (or SIGTERM): what `python -m minimodel serve` runs."""
     server = _server(llm, model_name, api_key, max_requests, log_level, max_body_bytes,
-                     body_timeout_s, host=host, port=port)
+                     body_timeout_s, reasoning_parser, host=host, port=port)
     if threading.current_thread() is not threading.main_thread():
         server.run()
         return
@@ -69,6 +81,9 @@ def serve(llm: LLM, model_name: str, host: str = "127.0.0.1", port: int = 8000,
 class Server:
     """The server in a background thread of this process, on a free port by default.
 
+    model_name: what clients send as `model` (default: the model's name, see
+    default_model_name). reasoning_parser: "qwen3" splits Qwen3's thinking into
+    reasoning_content (vLLM's --reasoning-parser qwen3); None leaves it in content.
     `start()` returns once it accepts connections; `close()` fails the requests still open
     (503), stops the engine thread and the server thread and waits for both.
     """
@@ -76,16 +91,21 @@ class Server:
     def __init__(self, llm: LLM, model_name: str | None = None, host: str = "127.0.0.1",
                  port: int = 0, api_key: str | None = None, max_requests: int = 256,
                  log_level: str = "warning", max_body_bytes: int = MAX_BODY_BYTES,
-                 body_timeout_s: float = BODY_TIMEOUT_S) -> None:
+                 body_timeout_s: float = BODY_TIMEOUT_S,
+                 reasoning_parser: str | None = None) -> None:
         self.llm = llm
-        self.model_name = model_name or llm.folder.name
+        self.model_name = model_name or default_model_name(llm)
         self.host = host
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.port = self._socket.getsockname()[1]
-        self._server = _server(llm, self.model_name, api_key, max_requests, log_level,
-                               max_body_bytes, body_timeout_s)
+        try:
+            self._server = _server(llm, self.model_name, api_key, max_requests, log_level,
+                                   max_body_bytes, body_timeout_s, reasoning_parser)
+        except BaseException:
+            self._socket.close()
+            raise
         self.engine = self._server.engine
         self._thread: threading.Thread | None = None
 
