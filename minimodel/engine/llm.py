@@ -1,7 +1,7 @@
 """LLM: the user-facing engine. Requests in, RequestOutputs (or streamed text) out.
 
     llm = LLM("tiny")
-    outs = llm.generate(["Hello", [1, 2, 3]], SamplingParams(max_new_tokens=16))
+    outs = llm.generate(["Hello", [1, 2, 3]], SamplingParams(max_tokens=16))
 
 The engine loop is `step()`: schedule -> run -> postprocess -> collect finished.
 """
@@ -60,6 +60,11 @@ class RequestOutput:
     finish_reason: str  # "stop" (EOS or stop string) | "length"
     logprobs: list[float] | None  # log p of each generated token, with params.logprobs
     metrics: RequestMetrics
+    # With params.logprobs = N: per generated token, the N most likely tokens and the chosen
+    # one (N + 1 entries when it is not among them) as (token id, log p), most likely first.
+    # Like `logprobs`, the model's own distribution (vLLM's "raw_logprobs"), before penalties,
+    # temperature and truncation.
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -259,6 +264,7 @@ class LLM:
             self.allocator, page_size, max_num_seqs, max_num_batched_tokens,
             self.max_model_len, _eos_token_ids(self.folder, self.cfg),
         )
+        self.runner.sampler.eos_token_ids = self.scheduler.eos_token_ids  # for min_tokens
         self.skip_tokenizer_init = skip_tokenizer_init
         self._tokenizer: Tokenizer | None = None
         self._next_id = 0
@@ -338,6 +344,13 @@ class LLM:
                 f"({self.allocator.num_pages} pages of {self.kv_cache.page_size}); "
                 "raise num_pages or kv_cache_bytes."
             )
+        V = self.cfg.vocab_size
+        if params.stop_token_ids and not all(t < V for t in params.stop_token_ids):
+            raise ValueError(f"SamplingParams.stop_token_ids {params.stop_token_ids} has an id "
+                             f"outside the vocabulary [0, {V}).")
+        if params.num_logprobs is not None and params.num_logprobs > V:
+            raise ValueError(f"SamplingParams.logprobs={params.logprobs} asks for more tokens "
+                             f"than the vocabulary has ({V}).")
         if params.stop and self.skip_tokenizer_init:
             raise ValueError("Stop strings need a tokenizer; this LLM has skip_tokenizer_init.")
         needs_text = stream or bool(params.stop)
@@ -356,7 +369,7 @@ class LLM:
     def _add(self, seqs: list[Sequence]) -> list[int]:
         for seq in seqs:
             self._active[seq.request_id] = seq
-            if seq.params.max_new_tokens == 0:
+            if seq.params.max_tokens == 0:
                 self.scheduler.finish(seq, "length")  # nothing to generate
             else:
                 self.scheduler.add(seq)
@@ -395,8 +408,15 @@ class LLM:
             batch = self.scheduler.schedule()
             self.last_batch = batch
             if batch is not None:
-                tokens, logprobs = self.runner.run(batch)
+                # The sampler reads the sampled requests' tokens (min_tokens, penalties).
+                sampled = [s for s, m in zip(batch.seqs, batch.sample_mask, strict=True) if m]
+                sampler = self.runner.sampler
+                with sampler.batch(sampled):
+                    tokens, logprobs = self.runner.run(batch)
                 self.scheduler.postprocess(batch, tokens, logprobs)
+                for seq, top in zip(sampled, sampler.last_top_logprobs):
+                    if top is not None:
+                        seq.top_logprobs.append(top)
             elif self.scheduler.has_unfinished():
                 raise RuntimeError(f"The scheduler cannot make progress: "
                                    f"{self.scheduler.waiting}")
@@ -424,7 +444,8 @@ class LLM:
             seq.detokenizer.flush()
             text = seq.detokenizer.text[: seq.stop_text_len]
         else:
-            text = "" if self.skip_tokenizer_init else self.tokenizer.decode(seq.output_token_ids)
+            ids = seq.output_token_ids[: -1 if seq.stop_token_id is not None else None]
+            text = "" if self.skip_tokenizer_init else self.tokenizer.decode(ids)
         first = seq.first_token_time or seq.finish_time
         n = seq.num_output_tokens
         return RequestOutput(
@@ -433,7 +454,7 @@ class LLM:
             token_ids=seq.output_token_ids,
             text=text,
             finish_reason=seq.finish_reason or "length",
-            logprobs=list(seq.logprobs) if seq.params.logprobs else None,
+            logprobs=list(seq.logprobs) if seq.params.num_logprobs is not None else None,
             metrics=RequestMetrics(
                 ttft_s=first - seq.arrival_time,
                 tpot_s=(seq.finish_time - first) / (n - 1) if n > 1 else 0.0,
@@ -442,6 +463,8 @@ class LLM:
                 generated_tokens=n,
                 num_preemptions=seq.num_preemptions,
             ),
+            top_logprobs=([list(t) for t in seq.top_logprobs]
+                          if seq.params.num_logprobs is not None else None),
         )
 
     # --- convenience -----------------------------------------------------------------------

@@ -44,8 +44,11 @@ class Sequence:
         self.page_table: list[int] = []
         self.num_cached_tokens = 0
         self.logprobs: list[float] = []
+        self.top_logprobs: list[list[tuple[int, float]]] = []  # per token, with logprobs=N
         self.finish_reason: str | None = None
         self.stop_text_len: int | None = None  # where a stop string cut the text
+        self.stop_token_id: int | None = None  # the stop_token_ids entry that ended it
+        self.stop_search_from = 0  # text before this index cannot hold a stop (min_tokens)
         self.num_preemptions = 0
         self.arrival_time = time.perf_counter()
         self.first_token_time: float | None = None
@@ -80,30 +83,49 @@ class Sequence:
         return self.status == Status.FINISHED
 
     def append_token(self, token_id: int, logprob: float) -> None:
-        """Record a sampled token (and its text, when a detokenizer is attached)."""
+        """Record a sampled token (and its text, when a detokenizer is attached).
+
+        A token of stop_token_ids that ends the request is kept in token_ids, not in the text.
+        """
         if self.first_token_time is None:
             self.first_token_time = time.perf_counter()
         self.token_ids.append(token_id)
-        if self.params.logprobs:
+        params = self.params
+        if params.num_logprobs is not None:
             self.logprobs.append(logprob)
         if self.detokenizer is not None:
-            self.detokenizer.push(token_id)
+            if self.num_output_tokens == params.min_tokens:  # stops count from this token on
+                self.stop_search_from = len(self.detokenizer.text)
+            if not self._is_stop_token(token_id):
+                self.detokenizer.push(token_id)
+
+    def _is_stop_token(self, token_id: int) -> bool:
+        """Does this (last) token end the request as one of params.stop_token_ids?"""
+        ids = self.params.stop_token_ids
+        return bool(ids) and token_id in ids and self.num_output_tokens >= self.params.min_tokens
 
     def stop_reason(self, eos_token_ids: set[int], max_model_len: int) -> str | None:
         """Why the request should end after its last token, or None to go on.
 
-        "stop": EOS (unless ignore_eos) or a stop string in the text; "length": max_new_tokens
-        reached, or the sequence filled the model's context.
+        "stop": EOS (unless ignore_eos), a token of stop_token_ids, or a stop string in the
+        text; none of them before min_tokens tokens (a stop string must end in the text of
+        token min_tokens or later, as vLLM). "length": max_tokens reached, or the sequence
+        filled the model's context.
         """
         params, last = self.params, self.token_ids[-1]
-        if not params.ignore_eos and last in eos_token_ids:
-            return "stop"
-        if params.stop and self.detokenizer is not None:
-            text = self.detokenizer.text
-            hits = [i for i in (text.find(s) for s in params.stop) if i >= 0]
-            if hits:
-                self.stop_text_len = min(hits)
+        if self.num_output_tokens >= params.min_tokens:
+            if not params.ignore_eos and last in eos_token_ids:
                 return "stop"
-        if self.num_output_tokens >= params.max_new_tokens or self.num_tokens >= max_model_len:
+            if self._is_stop_token(last):
+                self.stop_token_id = last
+                return "stop"
+            if params.stop and self.detokenizer is not None:
+                text = self.detokenizer.text
+                hits = [i for i in (text.find(s, max(0, self.stop_search_from - len(s) + 1))
+                                    for s in params.stop) if i >= 0]
+                if hits:
+                    self.stop_text_len = min(hits)
+                    return "stop"
+        if self.num_output_tokens >= params.max_tokens or self.num_tokens >= max_model_len:
             return "length"
         return None
