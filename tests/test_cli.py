@@ -97,6 +97,11 @@ ARGUMENT = [
     (["serve", "--model", "tiny", "--port", "-1"], ">= 0"),
     (["serve", "--model", "tiny", "--max-num-seqs", "0"], ">= 1"),
     (["serve", "--model", "tiny", "--max-requests", "0"], ">= 1"),
+    (["serve", "tiny", "--dtype", "int8"], "invalid choice"),
+    (["serve", "tiny", "--max-model-len", "0"], ">= 1"),
+    (["serve", "tiny", "--max-body-bytes", "0"], ">= 1"),
+    (["serve", "tiny", "--body-timeout", "0"], "> 0"),
+    (["serve", "tiny", "--reasoning-parser", "deepseek"], "invalid choice"),
     (["bench", "--page-size", "0"], ">= 1"),
     (["bench", "--threads", "-1"], ">= 1"),
     (["bench", "--a-requests", "-1"], ">= 1"),
@@ -116,6 +121,7 @@ OTHER = [
     (["exercises", "--root", "/nonexistent", "--check"], "no solutions/ folder"),
     (["exercises", "--root", "/nonexistent"], "no solutions/ folder"),
     (["grade", "/nonexistent.ipynb"], "does not exist"),
+    (["serve", "tiny", "--model", "bard"], "two models given"),
 ]
 
 
@@ -228,3 +234,17 @@ def test_serve_on_a_port_in_use_is_one_line_before_the_model_loads():
         line = one_line_error(run("serve", "--model", "tiny", "--port",
                                   str(busy.getsockname()[1])))
     assert "cannot listen" in line and "--port" in line
+
+
+def test_serve_takes_the_model_positionally_or_with_model():
+    from minimodel.__main__ import _serve_model, build_parser
+
+    for argv in (["serve", "tiny"], ["serve", "--model", "tiny"], ["serve", "tiny", "--model",
+                                                                    "tiny"]):
+        args = build_parser().parse_args(argv)
+        assert _serve_model(args) == "tiny" and args.served_model_name is None, argv
+    args = build_parser().parse_args(["serve", "Qwen/Qwen3-0.6B", "--dtype", "float16",
+                                      "--max-model-len", "2048", "--body-timeout", "2.5",
+                                      "--max-body-bytes", "1000"])
+    assert (_serve_model(args), args.dtype, args.max_model_len, args.body_timeout,
+            args.max_body_bytes) == ("Qwen/Qwen3-0.6B", "float16", 2048, 2.5, 1000)

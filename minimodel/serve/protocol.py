@@ -73,6 +73,11 @@ ENGINE_FIELDS: dict[str, tuple[Any, ...]] = {
     "stop_token_ids": (None, []),
 }
 SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
+# Of ENGINE_FIELDS, those the engine applies today: min_tokens and the penalties need each
+# request's tokens in the sampler, stop_token_ids the scheduler; the engine's step passes
+# neither yet, so those are refused (unless neutral) until it does. Add a name here then.
+ENGINE_RUNS = frozenset({"min_p"})
+HONOURED = SAMPLING_FIELDS & ENGINE_RUNS
 
 
 def _accepts(**fields: Any) -> bool:
@@ -207,7 +212,7 @@ def check_fields(req: CompletionRequest | ChatCompletionRequest) -> None:
     if req.n < 1:
         raise bad_request(f"n must be an integer >= 1, got {req.n!r}.", param="n")
     for name, neutral in ENGINE_FIELDS.items():
-        if name not in SAMPLING_FIELDS and getattr(req, name) not in neutral:
+        if name not in HONOURED and getattr(req, name) not in neutral:
             raise bad_request(f"{name} is not supported by this engine (only "
                               f"{json_text(neutral[-1])}).", param=name)
     if isinstance(req, CompletionRequest) and req.best_of not in (None, req.n):
@@ -257,7 +262,7 @@ def sampling_params(req: CompletionRequest | ChatCompletionRequest,
                           f"{req.seed}.", param="seed")
     top_k = 0 if req.top_k in (None, -1) else req.top_k
     engine_fields = {name: getattr(req, name) for name in ENGINE_FIELDS
-                     if name in SAMPLING_FIELDS and getattr(req, name) is not None}
+                     if name in HONOURED and getattr(req, name) is not None}
     try:
         return SamplingParams(
             temperature=1.0 if req.temperature is None else req.temperature,
