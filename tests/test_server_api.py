@@ -89,13 +89,19 @@ def served():
     plain = mm.SamplingParams(temperature=0, max_tokens=NEW)
     honoured = {  # fields that reach SamplingParams: the server must give generate's text
         "min_p": {"temperature": 0.9, "min_p": 0.2, "seed": 11},
+        "repetition_penalty": {"repetition_penalty": 2.0},
+        "presence_penalty": {"presence_penalty": 1.5, "frequency_penalty": 1.0},
+        "min_tokens": {"min_tokens": NEW, "stop_token_ids": [151643]},
         "negative seed": {"temperature": 0.9, "seed": -12345},
         "top_k -1": {"temperature": 0.9, "top_k": -1, "seed": 5},
     }
-    exp = {"plain": llm.generate(["Hello"], plain)[0].text, "honoured": {}}
+    exp = {"plain": llm.generate(["Hello"], plain)[0].text, "honoured": {},
+           "top": llm.generate(["Hello"], mm.SamplingParams(temperature=0, max_tokens=NEW,
+                                                            logprobs=3))[0]}
     for name, fields in honoured.items():
         params = mm.SamplingParams(**{"temperature": 0, "max_tokens": NEW, **fields})
         exp["honoured"][name] = (fields, llm.generate(["Hello"], params)[0].text)
+    assert exp["honoured"]["repetition_penalty"][1] != exp["plain"], "the penalty changes nothing"
     loose = mm.SamplingParams(temperature=0.9, seed=11, max_tokens=NEW)
     assert llm.generate(["Hello"], loose)[0].text != exp["honoured"]["min_p"][1], (
         "min_p changes nothing here: pick another case")
@@ -168,22 +174,17 @@ def test_every_answer_validates_against_openai_types(served):
 
 
 @pytest.mark.stress
-def test_a_failing_stream_ends_with_an_error_event_and_done(served):
+def test_a_failing_stream_ends_with_an_error_event_and_done(served, monkeypatch):
     server, _, _ = served
-    marker = server.llm.tokenizer.encode("BOOM")
-    run = server.llm.runner.run
+    _settled(server)  # this stream is the only request: every step that fails is its own
 
-    def failing(batch):
-        if any(s.token_ids[:len(marker)] == marker for s in batch.seqs):
-            raise RuntimeError("a kernel failed")
-        return run(batch)
+    def broken_kernel(batch):
+        raise RuntimeError("a kernel failed")
 
-    server.llm.runner.run = failing
-    try:
+    with monkeypatch.context() as patch:
+        patch.setattr(server.llm.runner, "run", broken_kernel)
         events = _raw_events(server, "/v1/completions",
-                             {"model": "tiny", "prompt": "BOOM", "max_tokens": NEW})
-    finally:
-        del server.llm.runner.run
+                             {"model": "tiny", "prompt": "Hello", "max_tokens": NEW})
     assert events[-1] == "[DONE]"
     error = json.loads(events[-2])["error"]
     assert set(error) == {"message", "type", "param", "code"} and "a kernel failed" in (
@@ -196,10 +197,8 @@ REFUSED = [  # (path, field, value): each a 400 whose param names the field
         ("suffix", "end"), ("logit_bias", {"50": 5}), ("echo", True), ("best_of", 3),
         ("response_format", {"type": "json_object"}), ("guided_json", {"type": "object"}),
         ("use_beam_search", True), ("no_such_field", 1), ("top_k", -2),
-        ("min_p", 1.5), ("top_p", 0.0),
-        # SamplingParams has these; the engine's step does not apply them yet: refused
-        ("presence_penalty", 0.5), ("frequency_penalty", 0.5), ("repetition_penalty", 1.2),
-        ("min_tokens", 2), ("stop_token_ids", [5]),
+        ("min_p", 1.5), ("top_p", 0.0), ("presence_penalty", 3.0), ("min_tokens", -1),
+        ("stop_token_ids", [-1]), ("repetition_penalty", 0.0),
         ("stream_options", {"continuous_usage_stats": True}))],
     *[("/v1/chat/completions", f, v) for f, v in (
         ("tools", [{"type": "function", "function": {"name": "f"}}]), ("tool_choice", "auto"),
@@ -217,7 +216,7 @@ def test_a_field_that_would_change_the_answer_is_refused_by_name(served, path, f
     body = {"model": "tiny", "max_tokens": 2, field: value}
     body.update({"prompt": "Hi"} if "chat" not in path else {"messages": CHAT})
     if field == "top_logprobs":
-        body["logprobs"] = True  # alternatives: refused until the engine returns them
+        body.update(logprobs=True, stream=True)  # alternatives in a stream: not yet
     r = _post(server, path, body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == field, r.text
@@ -410,3 +409,23 @@ def test_the_default_served_name_is_the_repo_id_not_the_snapshot_folder(tmp_path
     snapshot = tmp_path / "models--Qwen--Qwen3-0.6B" / "snapshots" / "0123abcd"
     assert default_model_name(SimpleNamespace(folder=snapshot)) == "Qwen/Qwen3-0.6B"
     assert default_model_name(SimpleNamespace(folder=tmp_path / "models" / "bard")) == "bard"
+
+
+@pytest.mark.stress
+def test_top_logprobs_are_the_engines_most_likely_tokens(served):
+    server, client, exp = served
+    tok, want = server.llm.tokenizer, exp["top"].top_logprobs
+    r = client.completions.create(model="tiny", prompt="Hello", max_tokens=NEW, temperature=0,
+                                  logprobs=3)
+    tops = r.choices[0].logprobs.top_logprobs
+    assert len(tops) == NEW and all(len(t) <= 3 for t in tops)
+    for got, step in zip(tops, want):
+        expected = {tok.decode([i]): lp for i, lp in step[:3]}
+        assert got.keys() == expected.keys()
+        assert max(abs(got[k] - expected[k]) for k in got) < 1e-5
+    r = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=NEW,
+                                       temperature=0, logprobs=True, top_logprobs=2)
+    ChatCompletion.model_validate(r.model_dump(mode="json"), strict=True)
+    for entry in r.choices[0].logprobs.content:
+        assert len(entry.top_logprobs) == 2
+        assert entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob

@@ -61,6 +61,7 @@ from minimodel.serve.protocol import (
     check_fields,
     check_roles,
     message_dicts,
+    num_alternatives,
     parse,
     sampling_params,
     wants_logprobs,
@@ -163,18 +164,22 @@ def _token_texts(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
 
 
 def completion_logprobs(tokenizer: Tokenizer, ids: list[int], logprobs: list[float],
-                        offset: int = 0) -> dict[str, Any]:
-    """The `logprobs` object of a completion choice: the chosen tokens only.
+                        offset: int = 0, top: list | None = None,
+                        n: int = 0) -> dict[str, Any]:
+    """The `logprobs` object of a completion choice.
 
-    top_logprobs is null: the engine computes the log-probability of the sampled token, not
-    of the alternatives. text_offset counts characters from the start of the choice's text.
+    top_logprobs: per token, {text: logprob} of the n most likely tokens (with n > 0; else
+    null). text_offset counts characters from the start of the choice's text.
     """
     texts = _token_texts(tokenizer, ids)
     offsets = []
     for text in texts:
         offsets.append(offset)
         offset += len(text)
-    return {"tokens": texts, "token_logprobs": logprobs, "top_logprobs": None,
+    alternatives = None
+    if n and top is not None:
+        alternatives = [{tokenizer.decode([i]): lp for i, lp in step[:n]} for step in top]
+    return {"tokens": texts, "token_logprobs": logprobs, "top_logprobs": alternatives,
             "text_offset": offsets}
 
 
@@ -189,13 +194,20 @@ def token_bytes(tokenizer: Tokenizer, token_id: int, text: str) -> list[int]:
     return list(text.encode("utf-8"))
 
 
-def chat_logprobs(tokenizer: Tokenizer, ids: list[int], logprobs: list[float]) -> dict[str, Any]:
+def chat_logprobs(tokenizer: Tokenizer, ids: list[int], logprobs: list[float],
+                  top: list | None = None, n: int = 0) -> dict[str, Any]:
     """The `logprobs` object of a chat choice, in OpenAI's shape: each token's text, its
-    log-probability and its UTF-8 bytes (a piece of a character has its own bytes)."""
+    log-probability, its UTF-8 bytes (a piece of a character has its own bytes) and the n
+    most likely tokens in the same shape."""
+
+    def entry(token_id: int, lp: float) -> dict[str, Any]:
+        text = tokenizer.decode([token_id])
+        return {"token": text, "logprob": lp, "bytes": token_bytes(tokenizer, token_id, text)}
+
     content = []
-    for i, text, lp in zip(ids, _token_texts(tokenizer, ids), logprobs, strict=True):
-        content.append({"token": text, "logprob": lp, "bytes": token_bytes(tokenizer, i, text),
-                        "top_logprobs": []})
+    for step, (i, lp) in enumerate(zip(ids, logprobs, strict=True)):
+        alternatives = (top[step][:n] if n and top is not None else [])
+        content.append({**entry(i, lp), "top_logprobs": [entry(t, a) for t, a in alternatives]})
     return {"content": content}
 
 
@@ -588,8 +600,9 @@ async def _answer(request: Request, engine: EngineLoop, tokenizer: Tokenizer, ki
         lp = None
         if logprobs:
             ids, lps = out.token_ids, out.logprobs or []
-            lp = (chat_logprobs(tokenizer, ids, lps) if kind.chat
-                  else completion_logprobs(tokenizer, ids, lps))
+            top, n = getattr(out, "top_logprobs", None), num_alternatives(req)
+            lp = (chat_logprobs(tokenizer, ids, lps, top, n) if kind.chat
+                  else completion_logprobs(tokenizer, ids, lps, top=top, n=n))
         choices.append(kind.choice(i, text.final_text(out), lp, out.finish_reason))
     completion_tokens = sum(len(o.token_ids) for o in outputs)
     return JSONResponse({**meta, "object": kind.object, "choices": choices,

@@ -73,11 +73,9 @@ ENGINE_FIELDS: dict[str, tuple[Any, ...]] = {
     "stop_token_ids": (None, []),
 }
 SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
-# Of ENGINE_FIELDS, those the engine applies today: min_tokens and the penalties need each
-# request's tokens in the sampler, stop_token_ids the scheduler; the engine's step passes
-# neither yet, so those are refused (unless neutral) until it does. Add a name here then.
-ENGINE_RUNS = frozenset({"min_p"})
-HONOURED = SAMPLING_FIELDS & ENGINE_RUNS
+# Of ENGINE_FIELDS, those the engine applies (the sampler sees each request's tokens for
+# min_tokens and the penalties; the scheduler ends a request at stop_token_ids).
+HONOURED = SAMPLING_FIELDS & set(ENGINE_FIELDS)
 
 
 def _accepts(**fields: Any) -> bool:
@@ -230,10 +228,13 @@ def check_fields(req: CompletionRequest | ChatCompletionRequest) -> None:
         raise bad_request("top_logprobs needs logprobs: true.", param="top_logprobs")
     alternatives = (req.logprobs if isinstance(req, CompletionRequest)
                     else req.top_logprobs)
+    name = "logprobs" if isinstance(req, CompletionRequest) else "top_logprobs"
     if alternatives and not TOP_LOGPROBS:
-        name = "logprobs" if isinstance(req, CompletionRequest) else "top_logprobs"
         raise bad_request(f"{name} > 0 is not supported by this engine: it returns the chosen "
                           "token's log-probability only (ask for 0).", param=name)
+    if alternatives and req.stream:
+        raise bad_request(f"{name} > 0 is not supported with stream: true yet (the stream "
+                          "carries the chosen token's log-probability only).", param=name)
     if req.seed is not None and req.seed < 0 and not NEGATIVE_SEEDS:
         raise bad_request(f"seed must be an integer >= 0, got {req.seed}.", param="seed")
 
@@ -272,7 +273,7 @@ def sampling_params(req: CompletionRequest | ChatCompletionRequest,
             stop=req.stop,
             seed=None if req.seed is None else req.seed + choice,
             ignore_eos=req.ignore_eos,
-            logprobs=wants_logprobs(req),
+            logprobs=num_alternatives(req) or wants_logprobs(req),
             **engine_fields,
         )
     except ValueError as err:
@@ -283,6 +284,13 @@ def sampling_params(req: CompletionRequest | ChatCompletionRequest,
         if field:
             message = message.replace(f"SamplingParams.{field}", param or field)
         raise bad_request(message, param=param) from None
+
+
+def num_alternatives(req: CompletionRequest | ChatCompletionRequest) -> int:
+    """How many most likely tokens to return beside each chosen one."""
+    if isinstance(req, CompletionRequest):
+        return req.logprobs or 0
+    return req.top_logprobs or 0 if req.logprobs else 0
 
 
 def wants_logprobs(req: CompletionRequest | ChatCompletionRequest) -> bool:
