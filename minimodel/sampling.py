@@ -87,6 +87,10 @@ class SamplingParams:
                     f"max_new_tokens={max_new_tokens!r}: they are one setting under two names; "
                     "pass only one of them (max_tokens is vLLM's and OpenAI's name)."
                 )
+            if not _is_int(max_new_tokens) or not 0 <= max_new_tokens <= INT64_MAX:
+                raise ValueError(
+                    f"SamplingParams.max_new_tokens must be an integer from 0 to 2**63 - 1 "
+                    f"(it is max_tokens under its older name), got {max_new_tokens!r}.")
             self.max_tokens = max_new_tokens
         elif self.max_tokens is None:
             self.max_tokens = DEFAULT_MAX_TOKENS
@@ -103,8 +107,7 @@ class SamplingParams:
         def bad(field: str, value: object, rule: str) -> ValueError:
             return ValueError(f"SamplingParams.{field} must be {rule}, got {value!r}.")
 
-        def integer(value: object) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool)
+        integer = _is_int
 
         def number(value: object) -> bool:
             return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -174,6 +177,10 @@ class SamplingParams:
     def has_penalties(self) -> bool:
         return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
                 or self.frequency_penalty != 0.0)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _get_max_new_tokens(self: SamplingParams) -> int:

@@ -103,9 +103,13 @@ def test_invalid_params_name_the_field(field, value):
         SamplingParams(**{field: value})
 
 
-def test_max_new_tokens_errors_speak_of_max_tokens():
-    with pytest.raises(ValueError, match=r"SamplingParams.max_tokens .*max_new_tokens"):
+def test_max_tokens_errors_name_the_name_that_was_passed():
+    with pytest.raises(ValueError, match=r"SamplingParams.max_new_tokens .*max_tokens"):
         SamplingParams(max_new_tokens=-1)
+    sp = SamplingParams(max_new_tokens=3)
+    sp.max_new_tokens = -1  # changed later: the check speaks of the field itself
+    with pytest.raises(ValueError, match=r"SamplingParams.max_tokens .*max_new_tokens"):
+        sp.validate()
 
 
 def test_top_p_one_keeps_the_whole_vocabulary_even_in_a_mixed_batch():
