@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -390,6 +391,25 @@ TP_MUTANTS = [tp_no_allreduce_after_down_proj, tp_residual_inside_the_allreduce,
 def test_tp_layer_correct_passes(get):
     result = check("ch10.tp_decoder_layer", get())
     assert result.passed, [(o.title, o.message) for o in result.outcomes if not o.passed]
+    # the check leaves no process behind: ranks and the forkserver they came from are gone
+    # (multiprocessing's resource tracker, one per parent, stays, as it always does)
+    deadline = time.monotonic() + 60
+    while _children() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _children()
+
+
+def _children() -> list:
+    import psutil
+
+    out = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in c.cmdline()[-1]:
+                out.append(c)
+        except (psutil.NoSuchProcess, IndexError):
+            pass
+    return out
 
 
 @pytest.mark.stress

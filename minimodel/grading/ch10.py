@@ -614,6 +614,16 @@ def _stop(procs: list) -> None:
             p.join(5)
 
 
+def _stop_forkserver() -> None:
+    """End the forkserver the ranks came from, so that a check leaves no process behind (the
+    next check starts a new one). `_stop` is the standard library's own way to end it."""
+    from multiprocessing import forkserver
+
+    stop = getattr(forkserver._forkserver, "_stop", None)
+    if stop is not None:
+        stop()
+
+
 def _two_ranks(fn: Callable) -> list[list[dict]]:
     """Run the learner's layer on every case in _TP_WORLD processes -> each rank's report."""
     import multiprocessing as mp
@@ -676,6 +686,7 @@ def _two_ranks(fn: Callable) -> list[list[dict]]:
         _stop(procs)
         results.close()
         shutil.rmtree(folder, ignore_errors=True)
+        _stop_forkserver()
     return [reports[r] for r in range(_TP_WORLD)]
 
 
