@@ -43,7 +43,8 @@ def idle(llm: LLM) -> bool:
 @pytest.mark.parametrize("fields, name", [
     ({"top_k": 2**70}, "top_k"), ({"seed": 2**70}, "seed"),
     ({"max_new_tokens": 2**70}, "max_new_tokens"), ({"temperature": float("inf")}, "temperature"),
-    ({"ignore_eos": "no"}, "ignore_eos"), ({"logprobs": 1}, "logprobs"),
+    ({"ignore_eos": "no"}, "ignore_eos"), ({"logprobs": -1}, "logprobs"),
+    ({"logprobs": 1.5}, "logprobs"), ({"max_tokens": -1}, "max_tokens"),
     ({"top_k": True}, "top_k"),
 ])
 def test_sampling_params_out_of_range_are_value_errors(fields, name):
