@@ -20,7 +20,14 @@ from minimodel.engine.attention import (
     build_metadata,
 )
 from minimodel.engine.kv_cache import KVCache, PageAllocator
-from minimodel.engine.llm import LLM, RequestMetrics, RequestOutput, StepError
+from minimodel.engine.llm import (
+    LLM,
+    CompletionOutput,
+    Logprob,
+    RequestMetrics,
+    RequestOutput,
+    StepError,
+)
 from minimodel.engine.model import Qwen3ForCausalLM
 from minimodel.engine.scheduler import ScheduledBatch, Scheduler
 from minimodel.engine.sequence import Sequence
@@ -28,8 +35,10 @@ from minimodel.engine.sequence import Sequence
 __all__ = [
     "LLM",
     "AttentionMetadata",
+    "CompletionOutput",
     "FlashInferBackend",
     "KVCache",
+    "Logprob",
     "PageAllocator",
     "Qwen3ForCausalLM",
     "RequestMetrics",

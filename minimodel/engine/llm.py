@@ -50,8 +50,33 @@ class RequestMetrics:
 
 
 @dataclass
+class Logprob:
+    """One token's log-probability in a completion's `logprobs` (vLLM's `Logprob`): `rank` is
+    its place among the request's top-N alternatives (1 = most likely), None when the chosen
+    token was not among them."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+@dataclass
+class CompletionOutput:
+    """One completion of a request, in vLLM's shape: `out.outputs[0].text`."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[dict[int, Logprob]] | None  # per token: {token id: Logprob}, the chosen one
+    finish_reason: str  # too, and the top-N alternatives with params.logprobs = N
+    stop_reason: int | str | None
+
+
+@dataclass
 class RequestOutput:
-    """The result of one request."""
+    """The result of one request. Its fields are flat (`out.text`); `out.outputs[0]` holds
+    the same completion in vLLM's shape, so code written for vLLM's offline API runs."""
 
     request_id: int
     prompt_token_ids: list[int]
@@ -65,6 +90,29 @@ class RequestOutput:
     # Like `logprobs`, the model's own distribution (vLLM's "raw_logprobs"), before penalties,
     # temperature and truncation.
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    # What ended it, as vLLM says: the stop string or the stop_token_ids entry; None when EOS
+    # ended it or it reached its length.
+    stop_reason: int | str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return True  # an LLM hands out a RequestOutput only when the request has ended
+
+    @property
+    def outputs(self) -> list[CompletionOutput]:
+        """The completion in vLLM's shape (one per request here: n > 1 is n requests)."""
+        per_token = None
+        if self.logprobs is not None:
+            per_token = []
+            for i, (tok, lp) in enumerate(zip(self.token_ids, self.logprobs)):
+                alts = self.top_logprobs[i] if self.top_logprobs is not None else []
+                entry = {t: Logprob(v, rank) for rank, (t, v) in enumerate(alts, 1)}
+                entry.setdefault(tok, Logprob(lp))
+                per_token.append(entry)
+        return [CompletionOutput(
+            index=0, text=self.text, token_ids=self.token_ids,
+            cumulative_logprob=sum(self.logprobs) if self.logprobs is not None else None,
+            logprobs=per_token, finish_reason=self.finish_reason, stop_reason=self.stop_reason)]
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -465,7 +513,17 @@ class LLM:
             ),
             top_logprobs=([list(t) for t in seq.top_logprobs]
                           if seq.params.num_logprobs is not None else None),
+            stop_reason=self._stop_reason(seq),
         )
+
+    @staticmethod
+    def _stop_reason(seq: Sequence) -> int | str | None:
+        if seq.stop_token_id is not None:
+            return seq.stop_token_id
+        if seq.stop_text_len is not None and seq.detokenizer is not None:
+            text, at = seq.detokenizer.text, seq.stop_text_len
+            return next((st for st in seq.params.stop or () if text.startswith(st, at)), None)
+        return None
 
     # --- convenience -----------------------------------------------------------------------
 
@@ -522,6 +580,40 @@ class LLM:
             if bar is not None:
                 bar.close()
         return [results[i] for i in ids]
+
+    def chat(
+        self,
+        messages: SequenceABC[dict] | SequenceABC[SequenceABC[dict]],
+        sampling_params: SamplingParams | SequenceABC[SamplingParams] | None = None,
+        use_tqdm: bool | None = None,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: dict | None = None,
+    ) -> list[RequestOutput]:
+        """Answer one conversation (a list of {"role", "content"} messages) or several (a list
+        of those), as vLLM's `LLM.chat`: each is rendered with the model's chat template
+        (`chat_template_kwargs`, e.g. {"enable_thinking": False}, go to the template), then
+        generated like `generate`; outputs in conversation order."""
+        if self.skip_tokenizer_init:
+            raise ValueError("chat needs the tokenizer: create the LLM without "
+                             "skip_tokenizer_init=True.")
+        one = isinstance(messages, SequenceABC) and bool(messages) and isinstance(messages[0],
+                                                                                  dict)
+        conversations = [messages] if one else messages
+        if not isinstance(conversations, SequenceABC) or not conversations or not all(
+                isinstance(c, SequenceABC) and c and all(isinstance(m, dict) for m in c)
+                for c in conversations):
+            raise ValueError("messages must be a conversation (a non-empty list of "
+                             "{'role': ..., 'content': ...} dicts) or a list of conversations; "
+                             f"got {messages!r:.80}.")
+        kwargs = dict(chat_template_kwargs or {})
+        for key in ("tokenize", "add_generation_prompt"):
+            if key in kwargs:
+                raise ValueError(f"chat_template_kwargs may not set {key!r}: chat sets it "
+                                 "(pass add_generation_prompt=... to chat itself).")
+        prompts = [self.tokenizer.apply_chat_template(
+            list(conv), add_generation_prompt=add_generation_prompt, tokenize=True, **kwargs)
+            for conv in conversations]
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
         """Yield the generated text in pieces as it is produced; "".join(pieces) == the text.
