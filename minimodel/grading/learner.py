@@ -305,37 +305,44 @@ def explain(err: BaseException) -> str:
                 hints.append(f"{name} is not defined anywhere in the saved {nb}: if you "
                              "defined it in that notebook's kernel, save the notebook (Ctrl-S) "
                              "and run this cell again.")
-        try:
-            changed = Path(mod.__file__).stat().st_mtime != mod.__learner_mtime__
-        except OSError:
-            changed = False
-        if changed:
+        if _changed(vars(mod)):
             hints.append(f"{nb} changed on disk after this notebook loaded it: run the cell "
                          "with its learner_module(...) again to load the new version.")
     return " ".join(dict.fromkeys(hints))
+
+
+def _changed(ns: dict) -> bool:
+    """Has a loaded notebook (its module's namespace) changed on disk since it was read?"""
+    try:
+        return Path(ns["__file__"]).stat().st_mtime != ns["__learner_mtime__"]
+    except (OSError, KeyError):
+        return False
+
+
+def _namespaces(*roots: dict) -> list[dict]:
+    """The given namespaces, the learner modules they hold, theirs in turn (each once)."""
+    namespaces, todo, seen = [], list(roots), set()
+    while todo:
+        ns = todo.pop()
+        if id(ns) in seen:
+            continue
+        seen.add(id(ns))
+        namespaces.append(ns)
+        todo += [vars(v) for v in list(ns.values())
+                 if isinstance(v, types.ModuleType) and v.__name__.startswith(PREFIX)]
+    return namespaces
 
 
 def changed_since_loaded(fn: Callable) -> list[str]:
     """The notebooks loaded by `fn`'s notebook (directly or through each other) whose file
     changed after they were loaded: `fn` still runs their old code."""
     fn = inspect.unwrap(fn)
-    todo = [getattr(fn, "__globals__", {})]
-    seen, found = set(), []
-    while todo:
-        ns = todo.pop()
-        for v in list(ns.values()):
-            if isinstance(v, types.ModuleType) and v.__name__.startswith(PREFIX) \
-                    and id(v) not in seen:
-                seen.add(id(v))
-                todo.append(vars(v))
-                try:
-                    changed = Path(v.__file__).stat().st_mtime != v.__learner_mtime__
-                except (OSError, AttributeError):
-                    changed = False
-                if changed:
-                    found.append(f"{Path(v.__file__).name} changed on disk after it was "
-                                 "loaded, so this check ran its old code: run the cell with "
-                                 "its learner_module(...) again, then this check.")
+    found = []
+    for ns in _namespaces(getattr(fn, "__globals__", {})):
+        if ns.get("__name__", "").startswith(PREFIX) and _changed(ns):
+            found.append(f"{Path(ns['__file__']).name} changed on disk after it was loaded, so "
+                         "this check ran its old code: run the cell with its learner_module(...) "
+                         "again, then this check.")
     return found
 
 
@@ -403,15 +410,7 @@ def spy_calls(fn: Callable) -> Iterator[Counter]:
                 closure[f"<cell {i}>"] = c.cell_contents
         except ValueError:  # a variable not bound yet
             pass
-    namespaces, todo, seen = [], [fn.__globals__, closure], set()
-    while todo:  # the notebook's globals, the learner modules they hold, theirs in turn
-        ns = todo.pop()
-        if id(ns) in seen:
-            continue
-        seen.add(id(ns))
-        namespaces.append(ns)
-        todo += [vars(v) for v in list(ns.values())
-                 if isinstance(v, types.ModuleType) and v.__name__.startswith(PREFIX)]
+    namespaces = _namespaces(fn.__globals__, closure)
     try:
         for ns in namespaces:
             for key, value in list(ns.items()):
