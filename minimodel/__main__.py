@@ -9,7 +9,7 @@ import platform
 import sys
 from pathlib import Path
 
-from minimodel.cli_types import device, int_at_least, port, positive_int
+from minimodel.cli_types import device, int64, int_at_least, port, positive_int
 
 DEFAULT_MODEL = os.environ.get("MINIMODEL_MODEL", "bard")
 
@@ -19,11 +19,12 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
                    help="bard (default), tiny, random:<shape>, folder, repo id")
     p.add_argument("--device", type=device, default="cuda" if _cuda() else "cpu",
                    help="cpu, cuda or cuda:N")
-    p.add_argument("--max-new-tokens", type=int_at_least(0), default=64)
+    p.add_argument("--max-tokens", "--max-new-tokens", dest="max_tokens", type=int_at_least(0),
+                   default=64, help="generated tokens at most (default: 64)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int_at_least(0), default=0, help="0 = off")
     p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
-    p.add_argument("--seed", type=int_at_least(0), default=None)
+    p.add_argument("--seed", type=int64, default=None, help="any 64-bit integer")
 
 
 def _cuda() -> bool:
@@ -36,7 +37,7 @@ def _params(args: argparse.Namespace):
     from minimodel.sampling import SamplingParams
 
     return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                          max_new_tokens=args.max_new_tokens, seed=args.seed)
+                          max_tokens=args.max_tokens, seed=args.seed)
 
 
 def _llm(args: argparse.Namespace):
@@ -58,10 +59,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    from minimodel.serve.reasoning import ReasoningSplit
+    from minimodel.tokenizer import DEFAULT_ENABLE_THINKING
+
     params = _params(args)
     llm = _llm(args)
+    thinking = DEFAULT_ENABLE_THINKING if args.think is None else args.think
+    dim, plain = ("\033[2m", "\033[0m") if sys.stdout.isatty() else ("", "")
     messages: list[dict] = []
-    print("Chat with the model; an empty line or Ctrl-D ends.")
+    print(f"Chat with the model (thinking {'on' if thinking else 'off'}: "
+          f"{'--no-think' if thinking else '--think'} to switch); an empty line or Ctrl-D ends.")
     while True:
         try:
             line = input("you> ").strip()
@@ -71,14 +78,29 @@ def cmd_chat(args: argparse.Namespace) -> int:
             break
         messages.append({"role": "user", "content": line})
         prompt = llm.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                   enable_thinking=args.think)
+                                                   enable_thinking=thinking, tokenize=True)
+        # The think block is shown dimmed, the answer plainly; only the answer goes into the
+        # history (Qwen3's template drops earlier turns' reasoning anyway).
+        split, answer, shown = ReasoningSplit(thinking), "", False
         print("model> ", end="", flush=True)
-        reply = ""
+
+        def show(reasoning: str, content: str) -> None:
+            nonlocal answer, shown
+            if reasoning:
+                print(f"{dim}{'' if shown else '(thinking) '}{reasoning}{plain}", end="",
+                      flush=True)
+                shown = True
+            if content:
+                if shown and not answer:
+                    print("\nmodel> ", end="")
+                answer += content
+                print(content.lstrip() if answer == content else content, end="", flush=True)
+
         for delta in llm.stream(prompt, params):
-            reply += delta
-            print(delta, end="", flush=True)
+            show(*split.push(delta))
+        show(*split.finish())
         print()
-        messages.append({"role": "assistant", "content": reply})
+        messages.append({"role": "assistant", "content": answer.strip()})
     return 0
 
 
@@ -239,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("chat", help="chat in the terminal with the chat template")
     _sampling_args(p)
-    p.add_argument("--think", action="store_true", help="enable Qwen3's thinking mode")
+    p.add_argument("--think", action=argparse.BooleanOptionalAction, default=None,
+                   help="Qwen3's thinking mode (default: on, as the chat template's default)")
     p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (streaming, /v1/...)")

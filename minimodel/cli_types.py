@@ -30,6 +30,14 @@ def int_at_least(low: int) -> Callable[[str], int]:
 positive_int = int_at_least(1)
 
 
+def int64(text: str) -> int:
+    """Any integer that fits 64 bits (a seed: negative ones too, as vLLM takes)."""
+    value = int_at_least(-(2**63))(text)
+    if value > 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"must fit in 64 bits (at most 2**63 - 1), got {value}")
+    return value
+
+
 def port(text: str) -> int:
     """A TCP port, 0..65535 (0: any free port)."""
     value = int_at_least(0)(text)

@@ -61,6 +61,11 @@ class SamplingParams:
         has its logit lowered by presence * (c > 0) + frequency * c; 0 = off; in [-2, 2].
     stop_token_ids: token ids that end the request like EOS (finish_reason "stop"); the token
         is kept in token_ids but not in the text.
+    skip_special_tokens: leave control tokens (<|im_end|>, <|endoftext|>) out of the text;
+        True by default, as vLLM. Qwen3's <think> and tool-call tags are not special: they stay.
+    include_stop_str_in_output: keep the stop string, or the text of the EOS / stop_token_ids
+        token, that ended the request at the end of the text (vLLM's switch; off by default:
+        what ended the request is in finish_reason and stop_reason, not in the text).
     """
 
     temperature: float = 1.0
@@ -77,6 +82,8 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     stop_token_ids: list[int] | None = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
     max_new_tokens: InitVar[int | None] = None  # the older name of max_tokens (keyword only)
 
     def __post_init__(self, max_new_tokens: int | None) -> None:
@@ -128,8 +135,9 @@ class SamplingParams:
         if self.seed is not None and (not integer(self.seed)
                                       or not INT64_MIN <= self.seed <= INT64_MAX):
             raise bad("seed", self.seed, "None or an integer from -2**63 to 2**63 - 1")
-        if not isinstance(self.ignore_eos, bool):
-            raise bad("ignore_eos", self.ignore_eos, "True or False")
+        for name in ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, getattr(self, name), "True or False")
         if self.logprobs is not None and not isinstance(self.logprobs, bool) and not (
                 integer(self.logprobs) and 0 <= self.logprobs <= INT64_MAX):
             raise bad("logprobs", self.logprobs,

@@ -49,6 +49,10 @@ PRETOKENIZE_REGEX = (
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
+# Qwen3's chat template thinks unless `enable_thinking` is false: the one default of the
+# package (apply_chat_template, LLM.chat, the server and `minimodel chat` all start from it).
+DEFAULT_ENABLE_THINKING = True
+
 # Qwen3's added tokens: (id, text, special). `special` tokens are dropped by
 # `decode(..., skip_special_tokens=True)`; the others (tool calls, FIM, thinking) are kept,
 # as in the real Qwen3 release.
@@ -680,7 +684,7 @@ class Tokenizer:
         self,
         messages: Sequence[dict[str, Any]],
         add_generation_prompt: bool = True,
-        enable_thinking: bool = True,
+        enable_thinking: bool = DEFAULT_ENABLE_THINKING,
         tokenize: bool = False,
         tools: list[dict[str, Any]] | None = None,
         **template_kwargs: Any,

@@ -44,6 +44,51 @@ def test_generate_streams_text_from_tiny():
     assert len(tok.encode(expected.text)) >= 1
 
 
+def test_generate_prints_no_special_token_text():
+    import minimodel as mm
+
+    out = run("generate", "--model", "bard", "--max-tokens", "32", "我爱datawhale")
+    assert out.returncode == 0, out.stderr
+    llm = mm.LLM("bard")
+    expected = llm.generate("我爱datawhale", mm.SamplingParams(temperature=0.0, max_tokens=32))[0]
+    assert expected.finish_reason == "stop"  # bard ends it with <|endoftext|>
+    assert out.stdout.rstrip("\n") == expected.text.rstrip("\n")
+    assert "<|" not in out.stdout
+
+
+def test_chat_keeps_the_answers_without_special_tokens_in_its_history(monkeypatch, capsys):
+    """Two turns of `minimodel chat` in this process: the second prompt is the template over
+    the first answer as the model's text, with one <|im_end|> per message."""
+    import minimodel as mm
+    from minimodel import __main__ as cli
+
+    llm = mm.LLM("bard")
+    prompts: list[list[int]] = []
+    real_stream = llm.stream
+
+    def stream(prompt, params):
+        prompts.append(prompt)
+        return real_stream(prompt, params)
+
+    monkeypatch.setattr(llm, "stream", stream)
+    monkeypatch.setattr(cli, "_llm", lambda args: llm)
+    lines = iter(["床前明月光", "再来一首", ""])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
+    args = cli.build_parser().parse_args(["chat", "--model", "bard", "--max-tokens", "24"])
+    assert args.think is None and cli.cmd_chat(args) == 0
+    shown = capsys.readouterr().out
+    assert "<|im_end|>" not in shown and "<|endoftext|>" not in shown
+    assert "thinking on" in shown  # the chat template's default, as the server's
+    tok = llm.tokenizer
+    first = [{"role": "user", "content": "床前明月光"}]
+    assert prompts[0] == tok.apply_chat_template(first, tokenize=True)
+    answer = llm.generate([prompts[0]], mm.SamplingParams(temperature=0.0, max_tokens=24))[0]
+    history = [*first, {"role": "assistant", "content": answer.text.strip()},
+               {"role": "user", "content": "再来一首"}]
+    assert prompts[1] == tok.apply_chat_template(history, tokenize=True)
+    assert tok.decode(prompts[1]).count("<|im_end|>") == 3  # user, assistant, user: once each
+
+
 def test_info_reports_backends_and_cache():
     out = run("info")
     assert out.returncode == 0, out.stderr
@@ -92,7 +137,7 @@ ARGUMENT = [
     pytest.param(["bench", "--device", "cuda"], "use --device cpu", marks=NO_CUDA),
     (["bench", "--device", "mps"], "cpu or cuda"),
     (["generate", "--model", "tiny", "--max-new-tokens", "-3", "hi"], ">= 0"),
-    (["generate", "--model", "tiny", "--seed", "-1", "hi"], ">= 0"),
+    (["generate", "--model", "tiny", "--seed", str(2**64), "hi"], "64 bits"),
     (["serve", "--model", "tiny", "--port", "99999"], "0..65535"),
     (["serve", "--model", "tiny", "--port", "-1"], ">= 0"),
     (["serve", "--model", "tiny", "--max-num-seqs", "0"], ">= 1"),

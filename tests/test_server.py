@@ -516,7 +516,7 @@ BAD_COMPLETIONS = {
     "empty stop string": {"stop": [""]},
     "logprobs below 0": {"logprobs": -1},
     "presence_penalty past 2": {"presence_penalty": 2.5},
-    "echo": {"echo": True},
+    "echo with logprobs": {"echo": True, "logprobs": 1},
     "empty prompt": {"prompt": ""},
     "empty prompt list": {"prompt": []},
     "over-long prompt": {"prompt": "hello " * 5000},

@@ -39,8 +39,8 @@ def _pieces(text: str, cuts: tuple[int, ...]) -> list[str]:
     return [text[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
-def _split_stream(pieces: list[str], thinking: bool) -> tuple[str, str]:
-    split = ReasoningSplit(thinking)
+def _split_stream(pieces: list[str], thinking: bool, opened: bool = False) -> tuple[str, str]:
+    split = ReasoningSplit(thinking, opened)
     reasoning = content = ""
     for piece in pieces:
         r, c = split.push(piece)
@@ -56,14 +56,18 @@ def test_a_think_block_split_anywhere_across_deltas_gives_the_same_parts():
     assert split_reasoning(THOUGHT, True) == ("\nLet me see.", "\n\nThe answer.")
 
 
-def test_reasoning_without_an_end_tag_is_all_reasoning_and_thinking_off_is_all_content():
+def test_reasoning_is_the_think_block_the_answer_opens_and_thinking_off_is_all_content():
     assert split_reasoning("<think>still thinking", True) == ("still thinking", None)
-    assert split_reasoning("no tags at all", True) == ("no tags at all", None)
-    # the end tag alone (the start tag was in the prompt) ends the reasoning too
-    assert split_reasoning("thought</think>answer", True) == ("thought", "answer")
+    assert split_reasoning("  <think>a</think>b", True) == ("a", "b")
+    # no think block opened (a model that never learnt the tags): all content, streamed too
+    assert split_reasoning("no tags at all", True) == (None, "no tags at all")
+    assert split_reasoning("thought</think>answer", True) == (None, "thought</think>answer")
+    assert _split_stream(["<", "th", "x"], True) == ("", "<thx")
+    # the prompt opened the block (a thinking-only template): the end tag alone ends it
+    assert split_reasoning("thought</think>answer", True, opened=True) == ("thought", "answer")
     assert split_reasoning(THOUGHT, False) == (None, THOUGHT)
-    assert _split_stream(["a </th", "ink", "> b"], True) == ("a ", " b")
-    assert _split_stream(["a </th"], True) == ("a </th", "")  # a tag never finished is text
+    assert _split_stream(["a </th", "ink", "> b"], True, opened=True) == ("a ", " b")
+    assert _split_stream(["<think>a </th"], True) == ("a </th", "")  # a tag never finished
     assert _split_stream(["<thi", "nk>x"], True) == ("x", "")
 
 
@@ -161,7 +165,8 @@ def test_every_answer_validates_against_openai_types(served):
     chat = {"model": "tiny", "messages": CHAT, "max_tokens": NEW, "logprobs": True, "n": 2}
     r = _post(server, "/v1/chat/completions", chat)
     reply = ChatCompletion.model_validate(r.json(), strict=True)
-    assert reply.choices[0].message.reasoning_content is not None  # tiny never ends thinking
+    # tiny's random text opens no think block: all of it is content
+    assert reply.choices[0].message.content and reply.choices[0].message.reasoning_content is None
     for path, kind in (("/v1/completions", Completion),
                        ("/v1/chat/completions", ChatCompletionChunk)):
         stream_body = {**(body if kind is Completion else chat),
@@ -194,7 +199,7 @@ def test_a_failing_stream_ends_with_an_error_event_and_done(served, monkeypatch)
 
 REFUSED = [  # (path, field, value): each a 400 whose param names the field
     *[("/v1/completions", f, v) for f, v in (
-        ("suffix", "end"), ("logit_bias", {"50": 5}), ("echo", True), ("best_of", 3),
+        ("suffix", "end"), ("logit_bias", {"50": 5}), ("best_of", 3),
         ("response_format", {"type": "json_object"}), ("guided_json", {"type": "object"}),
         ("use_beam_search", True), ("no_such_field", 1), ("top_k", -2),
         ("min_p", 1.5), ("top_p", 0.0), ("presence_penalty", 3.0), ("min_tokens", -1),
@@ -204,7 +209,7 @@ REFUSED = [  # (path, field, value): each a 400 whose param names the field
         ("tools", [{"type": "function", "function": {"name": "f"}}]), ("tool_choice", "auto"),
         ("functions", [{"name": "f"}]), ("function_call", "auto"),
         ("parallel_tool_calls", True), ("response_format", {"type": "json_object"}),
-        ("logit_bias", {"50": 5}), ("top_logprobs", 2), ("modalities", ["audio"]),
+        ("logit_bias", {"50": 5}), ("top_logprobs", 21), ("modalities", ["audio"]),
         ("reasoning_effort", "high"), ("continue_final_message", True), ("echo", True))],
 ]
 
@@ -216,7 +221,7 @@ def test_a_field_that_would_change_the_answer_is_refused_by_name(served, path, f
     body = {"model": "tiny", "max_tokens": 2, field: value}
     body.update({"prompt": "Hi"} if "chat" not in path else {"messages": CHAT})
     if field == "top_logprobs":
-        body.update(logprobs=True, stream=True)  # alternatives in a stream: not yet
+        body.update(logprobs=True, stream=True)  # more alternatives than OpenAI's 20
     r = _post(server, path, body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == field, r.text
@@ -429,3 +434,104 @@ def test_top_logprobs_are_the_engines_most_likely_tokens(served):
     for entry in r.choices[0].logprobs.content:
         assert len(entry.top_logprobs) == 2
         assert entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob
+
+
+def _completion_text(server: Server, body: dict) -> tuple[str, str]:
+    """(text, finish_reason) of one completion choice, and the streamed text must agree."""
+    r = _post(server, "/v1/completions", body)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    chunks = [json.loads(e) for e in _raw_events(server, "/v1/completions", body)[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == choice["text"]
+    return choice["text"], choice["finish_reason"]
+
+
+@pytest.mark.stress
+def test_no_special_token_text_in_answers_unless_asked(served, forced):
+    """The EOS that ends a request is never in the text; special tokens inside it are skipped
+    by default in both routes (vLLM's skip_special_tokens), kept when asked."""
+    server, client, _ = served
+    tok = server.llm.tokenizer
+    ids = [*tok.encode("one<|im_start|>two"), tok.token_to_id("<|endoftext|>")]
+    body = {"model": "tiny", "prompt": "Hi", "max_tokens": 16}
+    forced(ids * 2)  # the non-streamed answer, then the streamed one
+    assert _completion_text(server, body) == ("onetwo", "stop")
+    forced(ids * 2)
+    assert _completion_text(server, {**body, "skip_special_tokens": False}) == (
+        "one<|im_start|>two", "stop")
+    forced(ids * 2)
+    assert _completion_text(server, {**body, "skip_special_tokens": False,
+                                     "include_stop_str_in_output": True}) == (
+        "one<|im_start|>two<|endoftext|>", "stop")
+    chat_ids = [*tok.encode("Hello"), tok.token_to_id("<|im_end|>")]
+    for stream in (False, True):
+        forced(chat_ids)
+        r = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=16,
+                                           stream=stream)
+        if stream:
+            chunks = list(r)
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            finish = chunks[-1].choices[0].finish_reason
+        else:
+            text, finish = r.choices[0].message.content, r.choices[0].finish_reason
+        assert (text, finish) == ("Hello", "stop"), stream
+
+
+@pytest.mark.stress
+def test_include_stop_str_in_output_keeps_the_stop_string(served, forced):
+    server, _, _ = served
+    body = {"model": "tiny", "prompt": "Hi", "max_tokens": 16, "stop": ["cd"]}
+    forced("abcdef" * 2)
+    assert _completion_text(server, body) == ("ab", "stop")
+    forced("abcdef" * 2)
+    assert _completion_text(server, {**body, "include_stop_str_in_output": True}) == (
+        "abcd", "stop")
+
+
+@pytest.mark.stress
+def test_streamed_top_logprobs_equal_the_answers(served):
+    """top-N alternatives in a stream: the same as in the whole answer, token by token."""
+    server, client, exp = served
+    kw = dict(model="tiny", max_tokens=NEW, temperature=0)
+    whole = client.completions.create(prompt="Hello", logprobs=3, **kw).choices[0].logprobs
+    chunks = list(client.completions.create(prompt="Hello", logprobs=3, stream=True, **kw))
+    streamed = [t for c in chunks for t in (c.choices[0].logprobs.top_logprobs
+                                            if c.choices[0].logprobs else [])]
+    assert streamed == whole.top_logprobs and len(streamed) == NEW
+    tokens = [t for c in chunks for t in (c.choices[0].logprobs.tokens
+                                          if c.choices[0].logprobs else [])]
+    assert tokens == whole.tokens
+    chat = client.chat.completions.create(messages=CHAT, logprobs=True, top_logprobs=4, **kw)
+    chat_chunks = list(client.chat.completions.create(messages=CHAT, logprobs=True,
+                                                      top_logprobs=4, stream=True, **kw))
+    for chunk in chat_chunks:
+        ChatCompletionChunk.model_validate(chunk.model_dump(mode="json"), strict=True)
+    entries = [e for c in chat_chunks if c.choices and c.choices[0].logprobs
+               for e in c.choices[0].logprobs.content]
+    assert [e.model_dump() for e in entries] == [
+        e.model_dump() for e in chat.choices[0].logprobs.content]
+    assert all(len(e.top_logprobs) == 4 for e in entries)
+    # each step's alternatives are the engine's own most likely tokens
+    tok = server.llm.tokenizer
+    for got, step in zip(streamed, exp["top"].top_logprobs):
+        assert list(got) == [tok.decode([i]) for i, _ in step[:3]]
+
+
+@pytest.mark.stress
+def test_echo_puts_the_prompt_before_the_completion(served):
+    server, client, exp = served
+    r = client.completions.create(model="tiny", prompt="Hello", max_tokens=NEW, temperature=0,
+                                  echo=True)
+    assert r.choices[0].text == "Hello" + exp["plain"]
+    ids = server.llm.tokenizer.encode("Hello")
+    r = client.completions.create(model="tiny", prompt=ids, max_tokens=NEW, temperature=0,
+                                  echo=True)
+    assert r.choices[0].text == "Hello" + exp["plain"]
+    chunks = list(client.completions.create(model="tiny", prompt="Hello", max_tokens=NEW,
+                                            temperature=0, echo=True, stream=True))
+    assert chunks[0].choices[0].text == "Hello"
+    assert "".join(c.choices[0].text for c in chunks) == "Hello" + exp["plain"]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model="tiny", prompt="Hello", max_tokens=1, echo=True,
+                                  logprobs=1)
+    assert err.value.body["param"] == "echo"

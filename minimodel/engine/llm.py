@@ -20,7 +20,7 @@ import torch
 from minimodel.config import Qwen3Config, read_json_object
 from minimodel.engine import cuda_graph, parallel
 from minimodel.engine.attention import select_backend
-from minimodel.engine.detokenizer import IncrementalDetokenizer
+from minimodel.engine.detokenizer import IncrementalDetokenizer, TextStream
 from minimodel.engine.kv_cache import KVCache, PageAllocator, pages_needed
 from minimodel.engine.model import Qwen3ForCausalLM
 from minimodel.engine.runner import ModelRunner
@@ -81,8 +81,11 @@ class RequestOutput:
     request_id: int
     prompt_token_ids: list[int]
     token_ids: list[int]  # generated ids only; EOS included when it ended the request
-    text: str  # detokenized generated text, cut before a stop string ("" without a tokenizer)
-    finish_reason: str  # "stop" (EOS or stop string) | "length"
+    # The generated text ("" without a tokenizer), as vLLM makes it: special tokens left out
+    # (params.skip_special_tokens), and neither the EOS / stop token nor the stop string that
+    # ended the request in it (unless params.include_stop_str_in_output).
+    text: str
+    finish_reason: str  # "stop" (EOS, a stop token or a stop string) | "length" | "abort"
     logprobs: list[float] | None  # log p of each generated token, with params.logprobs
     metrics: RequestMetrics
     # With params.logprobs = N: per generated token, the N most likely tokens and the chosen
@@ -405,7 +408,9 @@ class LLM:
         seq = Sequence(
             self._next_id, ids, params,
             generator=self.runner.sampler.make_generator(params.seed),
-            detokenizer=IncrementalDetokenizer(self.tokenizer) if needs_text else None,
+            detokenizer=(IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
+                         if needs_text else None),
+            eos_token_ids=self.scheduler.eos_token_ids,
         )
         self._next_id += 1
         return seq
@@ -491,9 +496,11 @@ class LLM:
         if seq.detokenizer is not None:
             seq.detokenizer.flush()
             text = seq.detokenizer.text[: seq.stop_text_len]
+        elif self.skip_tokenizer_init:
+            text = ""
         else:
-            ids = seq.output_token_ids[: -1 if seq.stop_token_id is not None else None]
-            text = "" if self.skip_tokenizer_init else self.tokenizer.decode(ids)
+            text = self.tokenizer.decode(seq.output_text_ids(),
+                                         skip_special_tokens=seq.params.skip_special_tokens)
         first = seq.first_token_time or seq.finish_time
         n = seq.num_output_tokens
         return RequestOutput(
@@ -518,12 +525,7 @@ class LLM:
 
     @staticmethod
     def _stop_reason(seq: Sequence) -> int | str | None:
-        if seq.stop_token_id is not None:
-            return seq.stop_token_id
-        if seq.stop_text_len is not None and seq.detokenizer is not None:
-            text, at = seq.detokenizer.text, seq.stop_text_len
-            return next((st for st in seq.params.stop or () if text.startswith(st, at)), None)
-        return None
+        return seq.stop_token_id if seq.stop_token_id is not None else seq.stop_string
 
     # --- convenience -----------------------------------------------------------------------
 
@@ -616,7 +618,8 @@ class LLM:
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None) -> Iterator[str]:
-        """Yield the generated text in pieces as it is produced; "".join(pieces) == the text.
+        """Yield the generated text in pieces as it is produced; "".join(pieces) is the
+        `text` that `generate` gives (special tokens and what ended the request left out).
 
         A piece never ends inside a multi-byte character. With stop strings, the last
         len(stop) - 1 characters are held back until it is clear they do not start one.
@@ -624,8 +627,7 @@ class LLM:
         params = params or SamplingParams()
         seq = self._make_sequence(prompt, params, stream=True)
         self._add([seq])
-        hold = max((len(s) for s in params.stop or []), default=1) - 1
-        sent = 0
+        pieces = TextStream(seq.detokenizer, params.stop)  # type: ignore[arg-type]
         try:
             while not seq.is_finished:
                 for out in self.step():
@@ -633,16 +635,12 @@ class LLM:
                         self._unclaimed.append(out)
                 if seq.is_finished:
                     break
-                text = seq.detokenizer.text  # type: ignore[union-attr]
-                ready = len(text) - hold
-                if ready > sent:
-                    yield text[sent:ready]
-                    sent = ready
+                if piece := pieces.push():
+                    yield piece
         finally:  # closed early, an error, Ctrl-C: the request stops and its pages come back
             if not seq.is_finished:
                 self.abort(seq.request_id)
         self._active.pop(seq.request_id, None)  # finished before any step (max_new_tokens=0)
         seq.detokenizer.flush()  # type: ignore[union-attr]
-        final = seq.detokenizer.text[: seq.stop_text_len]  # type: ignore[union-attr]
-        if len(final) > sent:
-            yield final[sent:]
+        if rest := pieces.finish(seq.detokenizer.text[: seq.stop_text_len]):  # type: ignore
+            yield rest

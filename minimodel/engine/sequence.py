@@ -33,6 +33,7 @@ class Sequence:
         params: SamplingParams,
         generator: torch.Generator | None = None,
         detokenizer: IncrementalDetokenizer | None = None,
+        eos_token_ids: frozenset[int] | set[int] = frozenset(),
     ) -> None:
         self.request_id = request_id
         self.token_ids = list(prompt_token_ids)
@@ -40,6 +41,7 @@ class Sequence:
         self.params = params
         self.generator = generator  # the request's own random stream when it has a seed
         self.detokenizer = detokenizer  # present when text (or stop strings) are wanted
+        self.eos_token_ids = frozenset(eos_token_ids)  # the model's EOS ids (its text is left out)
         self.status = Status.WAITING
         self.page_table: list[int] = []
         self.num_cached_tokens = 0
@@ -47,6 +49,7 @@ class Sequence:
         self.top_logprobs: list[list[tuple[int, float]]] = []  # per token, with logprobs=N
         self.finish_reason: str | None = None
         self.stop_text_len: int | None = None  # where a stop string cut the text
+        self.stop_string: str | None = None  # the stop string that ended it
         self.stop_token_id: int | None = None  # the stop_token_ids entry that ended it
         self.stop_search_from = 0  # text before this index cannot hold a stop (min_tokens)
         self.num_preemptions = 0
@@ -85,7 +88,8 @@ class Sequence:
     def append_token(self, token_id: int, logprob: float) -> None:
         """Record a sampled token (and its text, when a detokenizer is attached).
 
-        A token of stop_token_ids that ends the request is kept in token_ids, not in the text.
+        A token that ends the request (EOS, or one of stop_token_ids) is kept in token_ids but
+        not in the text, unless params.include_stop_str_in_output.
         """
         if self.first_token_time is None:
             self.first_token_time = time.perf_counter()
@@ -96,13 +100,31 @@ class Sequence:
         if self.detokenizer is not None:
             if self.num_output_tokens == params.min_tokens:  # stops count from this token on
                 self.stop_search_from = len(self.detokenizer.text)
-            if not self._is_stop_token(token_id):
+            if params.include_stop_str_in_output or not self.ends_with_stop_token():
                 self.detokenizer.push(token_id)
 
     def _is_stop_token(self, token_id: int) -> bool:
         """Does this (last) token end the request as one of params.stop_token_ids?"""
         ids = self.params.stop_token_ids
         return bool(ids) and token_id in ids and self.num_output_tokens >= self.params.min_tokens
+
+    def ends_with_stop_token(self) -> bool:
+        """Does the last token end the request as EOS (unless ignore_eos) or a stop token?
+        (Not before min_tokens tokens: the sampler keeps them out until then anyway.)"""
+        if self.num_output_tokens < max(self.params.min_tokens, 1):
+            return False
+        last = self.token_ids[-1]
+        return self._is_stop_token(last) or (
+            not self.params.ignore_eos and last in self.eos_token_ids)
+
+    def output_text_ids(self) -> list[int]:
+        """The generated ids whose text is the output: without the EOS or stop token that
+        ended the request (unless include_stop_str_in_output)."""
+        ids = self.output_token_ids
+        if self.is_finished and self.finish_reason == "stop" and ids and \
+                self.stop_string is None and not self.params.include_stop_str_in_output:
+            return ids[:-1]
+        return ids
 
     def stop_reason(self, eos_token_ids: set[int], max_model_len: int) -> str | None:
         """Why the request should end after its last token, or None to go on.
@@ -121,10 +143,12 @@ class Sequence:
                 return "stop"
             if params.stop and self.detokenizer is not None:
                 text = self.detokenizer.text
-                hits = [i for i in (text.find(s, max(0, self.stop_search_from - len(s) + 1))
-                                    for s in params.stop) if i >= 0]
-                if hits:
-                    self.stop_text_len = min(hits)
+                hits = [(i, s) for s in params.stop
+                        if (i := text.find(s, max(0, self.stop_search_from - len(s) + 1))) >= 0]
+                if hits:  # the earliest; the text ends before it (or after it, if kept)
+                    at, self.stop_string = min(hits, key=lambda hit: hit[0])
+                    keep = len(self.stop_string) if params.include_stop_str_in_output else 0
+                    self.stop_text_len = at + keep
                     return "stop"
         if self.num_output_tokens >= params.max_tokens or self.num_tokens >= max_model_len:
             return "length"

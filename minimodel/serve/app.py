@@ -38,7 +38,7 @@ from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
-from minimodel.engine.detokenizer import IncrementalDetokenizer
+from minimodel.engine.detokenizer import IncrementalDetokenizer, TextStream
 from minimodel.engine.llm import RequestOutput
 from minimodel.sampling import SamplingParams
 from minimodel.serve.engine_loop import (
@@ -66,8 +66,13 @@ from minimodel.serve.protocol import (
     sampling_params,
     wants_logprobs,
 )
-from minimodel.serve.reasoning import ReasoningSplit, split_reasoning
-from minimodel.tokenizer import Tokenizer, _bytes_to_unicode, load_tokenizer
+from minimodel.serve.reasoning import ReasoningSplit, prompt_opens_think, split_reasoning
+from minimodel.tokenizer import (
+    DEFAULT_ENABLE_THINKING,
+    Tokenizer,
+    _bytes_to_unicode,
+    load_tokenizer,
+)
 
 log = logging.getLogger("minimodel.serve")
 T = TypeVar("T")
@@ -109,54 +114,10 @@ class _AnswerErrors(APIRoute):
         return answer
 
 
-class _SkipSpecial:
-    """A decoder that leaves control tokens (<|im_end|>, <|endoftext|>) out of the text."""
-
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-
-class ChoiceText:
-    """The text of one choice as its tokens arrive.
-
-    Deltas never end inside a character, and the last len(stop) - 1 characters wait until it
-    is clear they do not begin a stop string (the engine cuts the text there). The final text
-    is the engine's own `RequestOutput.text` (control tokens left out with skip_special).
-    """
-
-    def __init__(self, tokenizer: Tokenizer, params: SamplingParams, skip_special: bool) -> None:
-        self.tokenizer, self.params, self.skip_special = tokenizer, params, skip_special
-        self.detok = IncrementalDetokenizer(_SkipSpecial(tokenizer) if skip_special
-                                            else tokenizer)
-        self.hold = max((len(s) for s in params.stop or []), default=1) - 1
-        self.sent = 0  # characters already handed out
-
-    def push(self, token_ids: list[int]) -> str:
-        for token_id in token_ids:
-            self.detok.push(token_id)
-        ready = len(self.detok.text) - self.hold
-        if ready <= self.sent:
-            return ""
-        delta = self.detok.text[self.sent:ready]
-        self.sent = ready
-        return delta
-
-    def final_text(self, out: RequestOutput) -> str:
-        if not self.skip_special:
-            return out.text
-        text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
-        hits = [i for i in (text.find(s) for s in self.params.stop or []) if i >= 0]
-        return text[:min(hits)] if out.finish_reason == "stop" and hits else text
-
-    def finish(self, out: RequestOutput) -> str:
-        """The rest of the text, once the request has finished."""
-        final = self.final_text(out)
-        delta = final[self.sent:]
-        self.sent = len(final)
-        return delta
+def _choice_text(tokenizer: Tokenizer, params: SamplingParams) -> TextStream:
+    """One choice's text as its tokens arrive, decoded as the engine decodes it (special tokens
+    skipped unless asked otherwise); `finish` takes the engine's final `RequestOutput.text`."""
+    return TextStream(IncrementalDetokenizer(tokenizer, params.skip_special_tokens), params.stop)
 
 
 def _token_texts(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
@@ -254,10 +215,11 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None
 class _Kind:
     """What differs between /v1/completions and /v1/chat/completions in the answer."""
 
-    def __init__(self, chat: bool, thinking: bool | None = None) -> None:
+    def __init__(self, chat: bool, thinking: bool | None = None, opened: bool = False) -> None:
         self.chat = chat
         # None: no reasoning parser, the whole text is content; else whether thinking is on
         self.thinking = thinking
+        self.opened = opened  # the prompt ends inside an open think block
         self.object = "chat.completion" if chat else "text_completion"
         self.chunk_object = "chat.completion.chunk" if chat else "text_completion"
         self.id_prefix = "chatcmpl-" if chat else "cmpl-"
@@ -266,7 +228,7 @@ class _Kind:
         if self.chat:
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if self.thinking is not None:
-                reasoning, message["content"] = split_reasoning(text, self.thinking)
+                reasoning, message["content"] = split_reasoning(text, self.thinking, self.opened)
                 message["reasoning_content"] = reasoning
             return {"index": index, "message": message, "logprobs": logprobs,
                     "finish_reason": finish}
@@ -418,8 +380,7 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None,
         if taken:
             raise bad_request(f"chat_template_kwargs may not set {', '.join(taken)}: the server "
                               "sets these itself.", param="chat_template_kwargs")
-        # the chat template's own default (minimodel.tokenizer): thinking on
-        thinking = kwargs.pop("enable_thinking", True)
+        thinking = kwargs.pop("enable_thinking", DEFAULT_ENABLE_THINKING)
         if enable_thinking is not None:
             thinking = enable_thinking
         if not isinstance(thinking, bool):
@@ -521,9 +482,13 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None,
         prompts = await off_loop(_completion_prompts, texts, tokenizer)
         requests = [(ids, sampling_params(req, 16, j)) for ids in prompts for j in range(req.n)]
         check_context(requests)
-        skip = bool(req.skip_special_tokens)
+        # echo: each choice's text starts with its prompt's (the prompt as sent, or its ids'
+        # text), as OpenAI's legacy completions and vLLM do
+        echoed = ([t if isinstance(t, str) else tokenizer.decode(ids)
+                   for t, ids in zip(texts, prompts, strict=True) for _ in range(req.n)]
+                  if req.echo else None)
         return await _answer(request, engine, tokenizer, _Kind(chat=False), req, requests,
-                             prompts, model_name, skip, "prompt")
+                             prompts, model_name, "prompt", echoed)
 
     @app.post("/v1/chat/completions", dependencies=[Depends(check_api_key)])
     async def chat_completions(request: Request) -> Response:
@@ -535,10 +500,10 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None,
                                           req.enable_thinking)
         requests = [(ids, sampling_params(req, context_left(ids), j)) for j in range(req.n)]
         check_context(requests)
-        skip = req.skip_special_tokens is not False  # chat: on unless asked otherwise
-        kind = _Kind(chat=True, thinking=thinking if reasoning_parser else None)
+        opened = prompt_opens_think(tokenizer.decode(ids[-4:]))
+        kind = _Kind(chat=True, thinking=thinking if reasoning_parser else None, opened=opened)
         return await _answer(request, engine, tokenizer, kind, req, requests,
-                             [ids], model_name, skip, "messages")
+                             [ids], model_name, "messages")
 
     return app
 
@@ -567,7 +532,8 @@ def _completion_prompts(prompts: list[str | list[int]], tokenizer: Tokenizer) ->
 async def _answer(request: Request, engine: EngineLoop, tokenizer: Tokenizer, kind: _Kind,
                   req: CompletionRequest | ChatCompletionRequest,
                   requests: list[tuple[list[int], SamplingParams]], prompts: list[list[int]],
-                  model_name: str, skip_special: bool, prompt_param: str) -> Response:
+                  model_name: str, prompt_param: str,
+                  echoed: list[str] | None = None) -> Response:
     """Submit the requests of one HTTP request and answer: JSON, or a stream of events."""
     job = engine.job()
     try:
@@ -582,12 +548,13 @@ async def _answer(request: Request, engine: EngineLoop, tokenizer: Tokenizer, ki
         raise APIError(503, str(err), "server_error", code="unavailable") from None
     meta = {"id": kind.id_prefix + uuid.uuid4().hex, "created": int(time.time()),
             "model": model_name}
-    texts = [ChoiceText(tokenizer, params, skip_special) for _, params in requests]
     logprobs = wants_logprobs(req)
     prompt_tokens = sum(len(p) for p in prompts)
     if req.stream:
         usage = bool(req.stream_options and req.stream_options.include_usage)
-        events = _events(job, kind, meta, texts, tokenizer, logprobs, prompt_tokens, usage)
+        texts = [_choice_text(tokenizer, params) for _, params in requests]
+        events = _events(job, kind, meta, texts, tokenizer, logprobs, num_alternatives(req),
+                         prompt_tokens, usage, echoed)
         return _EventStream(events, job)
     try:
         outputs = await _unless_disconnected(request, _collect(job, len(requests)))
@@ -596,14 +563,15 @@ async def _answer(request: Request, engine: EngineLoop, tokenizer: Tokenizer, ki
     if outputs is None:  # the client is gone: nobody reads this
         return Response(status_code=499)
     choices = []
-    for i, (out, text) in enumerate(zip(outputs, texts, strict=True)):
+    for i, out in enumerate(outputs):
         lp = None
         if logprobs:
             ids, lps = out.token_ids, out.logprobs or []
             top, n = getattr(out, "top_logprobs", None), num_alternatives(req)
             lp = (chat_logprobs(tokenizer, ids, lps, top, n) if kind.chat
                   else completion_logprobs(tokenizer, ids, lps, top=top, n=n))
-        choices.append(kind.choice(i, text.final_text(out), lp, out.finish_reason))
+        text = out.text if echoed is None else echoed[i] + out.text
+        choices.append(kind.choice(i, text, lp, out.finish_reason))
     completion_tokens = sum(len(o.token_ids) for o in outputs)
     return JSONResponse({**meta, "object": kind.object, "choices": choices,
                          "usage": _usage(prompt_tokens, completion_tokens)})
@@ -631,9 +599,10 @@ async def _collect(job: Job, n: int) -> list[RequestOutput]:
     return outputs  # type: ignore[return-value]
 
 
-async def _events(job: Job, kind: _Kind, meta: dict, texts: list[ChoiceText],
-                  tokenizer: Tokenizer, logprobs: bool, prompt_tokens: int,
-                  include_usage: bool) -> AsyncIterator[dict[str, str]]:
+async def _events(job: Job, kind: _Kind, meta: dict, texts: list[TextStream],
+                  tokenizer: Tokenizer, logprobs: bool, alternatives: int, prompt_tokens: int,
+                  include_usage: bool,
+                  echoed: list[str] | None = None) -> AsyncIterator[dict[str, str]]:
     """The event stream: a chunk per step that brings text, the finish reasons, [DONE]."""
 
     def event(choices: list[dict], usage: dict | None = None) -> dict[str, str]:
@@ -644,10 +613,12 @@ async def _events(job: Job, kind: _Kind, meta: dict, texts: list[ChoiceText],
 
     if kind.chat:  # OpenAI opens each chat choice with its role
         yield event([kind.chunk_choice(i, "", None, None, role=True) for i in range(len(texts))])
+    if echoed is not None:  # each completion choice opens with its prompt's text
+        yield event([kind.chunk_choice(i, text, None, None) for i, text in enumerate(echoed)])
     completion_tokens = 0
     offsets = [0] * len(texts)
-    splits = ([ReasoningSplit(kind.thinking) for _ in texts] if kind.thinking is not None
-              else None)
+    splits = ([ReasoningSplit(kind.thinking, kind.opened) for _ in texts]
+              if kind.thinking is not None else None)
     try:
         async for update in job.updates():
             if update.error is not None:  # an error event, then [DONE], as vLLM ends one
@@ -656,16 +627,17 @@ async def _events(job: Job, kind: _Kind, meta: dict, texts: list[ChoiceText],
                 return
             i, text = update.index, texts[update.index]
             finish = update.output.finish_reason if update.output is not None else None
-            delta = text.finish(update.output) if update.output is not None else text.push(
-                update.token_ids)
+            delta = (text.finish(update.output.text) if update.output is not None
+                     else text.push(update.token_ids))
             completion_tokens += len(update.token_ids)
             lp = None
             if logprobs and update.token_ids:
-                lps = update.logprobs or []
+                lps, top = update.logprobs or [], update.top_logprobs
                 if kind.chat:
-                    lp = chat_logprobs(tokenizer, update.token_ids, lps)
+                    lp = chat_logprobs(tokenizer, update.token_ids, lps, top, alternatives)
                 else:
-                    lp = completion_logprobs(tokenizer, update.token_ids, lps, offsets[i])
+                    lp = completion_logprobs(tokenizer, update.token_ids, lps, offsets[i], top,
+                                             alternatives)
                     offsets[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])
             reasoning = ""
             if splits is not None:

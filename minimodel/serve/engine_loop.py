@@ -42,6 +42,8 @@ class Update:
     output: RequestOutput | None = None  # set on the last update of a finished request
     error: str | None = None  # set when the request failed: the engine or the server stopped
     status: int = 500  # the HTTP status of an error
+    # per token, its top-N alternatives as (token id, log p), with params.logprobs = N
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
     @property
     def final(self) -> bool:
@@ -279,14 +281,20 @@ class EngineLoop:
         for rid, route in list(self._routes.items()):
             out = done.get(rid)
             if out is not None:
-                logprobs = out.logprobs[route.sent:] if out.logprobs is not None else None
-                route.post(Update(route.index, out.token_ids[route.sent:], logprobs, output=out))
+                wanted = out.logprobs is not None
+                route.post(Update(
+                    route.index, out.token_ids[route.sent:],
+                    out.logprobs[route.sent:] if wanted else None, output=out,
+                    top_logprobs=out.top_logprobs[route.sent:] if wanted else None))
                 del self._routes[rid]
                 continue
             seq = self.llm.get_request(rid)
             if seq is not None and seq.num_output_tokens > route.sent:
-                logprobs = seq.logprobs[route.sent:] if seq.params.logprobs else None
-                route.post(Update(route.index, seq.output_token_ids[route.sent:], logprobs))
+                wanted = seq.params.num_logprobs is not None
+                route.post(Update(
+                    route.index, seq.output_token_ids[route.sent:],
+                    seq.logprobs[route.sent:] if wanted else None,
+                    top_logprobs=seq.top_logprobs[route.sent:] if wanted else None))
                 route.sent = seq.num_output_tokens
 
     def _fail(self, request_ids: list[int], err: Exception) -> None:

@@ -4,13 +4,11 @@ Requests are parsed strictly (a number where a string belongs is an error, not a
 field is either honoured or refused with a 400 whose `param` names it: the fields below are
 honoured; IGNORED lists the few that change no answer (`user`, `store`, `metadata`, ...) and
 are accepted; NEUTRAL the ones accepted only with the value that changes nothing (`tools: []`,
-`logit_bias: {}`, `echo: false`, ...); any other field is refused by name, as is a sampling
-field the engine's SamplingParams does not have (yet), unless its value is the neutral one.
+`logit_bias: {}`, ...); any other field is refused by name.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
@@ -18,7 +16,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from minimodel.engine.llm import RequestOutput
 from minimodel.sampling import INT64_MAX, SamplingParams
 
 ROLES = ("system", "user", "assistant", "tool")  # the roles Qwen3's chat template renders
@@ -52,46 +49,23 @@ IGNORED = frozenset({
 })
 # Fields accepted only with a value that changes nothing; any other value is refused.
 NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "logit_bias": (None, {}), "suffix": (None, ""), "echo": (None, False),
+    "logit_bias": (None, {}), "suffix": (None, ""), "echo": (None, False),  # chat's echo
     "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []),
     "function_call": (None, "none"), "parallel_tool_calls": (None,),
     "response_format": (None, {"type": "text"}), "modalities": (None, ["text"]),
     "audio": (None,), "prediction": (None,), "reasoning_effort": (None,),
     "verbosity": (None,), "web_search_options": (None,),
     "add_generation_prompt": (None, True), "continue_final_message": (None, False),
-    "include_stop_str_in_output": (None, False), "use_beam_search": (None, False),
+    "use_beam_search": (None, False),
     "prompt_logprobs": (None,), "allowed_token_ids": (None,), "bad_words": (None, []),
     "truncate_prompt_tokens": (None,), "guided_json": (None,), "guided_regex": (None,),
     "guided_choice": (None,), "guided_grammar": (None,), "structured_outputs": (None,),
     "priority": (None, 0), "logits_processors": (None,), "return_tokens_as_token_ids": (None,
                                                                                     False),
 }
-# Sampling fields passed to SamplingParams once it has them; until then only the neutral value.
-ENGINE_FIELDS: dict[str, tuple[Any, ...]] = {
-    "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
-    "repetition_penalty": (None, 1, 1.0), "min_p": (None, 0, 0.0), "min_tokens": (None, 0),
-    "stop_token_ids": (None, []),
-}
-SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
-# Of ENGINE_FIELDS, those the engine applies (the sampler sees each request's tokens for
-# min_tokens and the penalties; the scheduler ends a request at stop_token_ids).
-HONOURED = SAMPLING_FIELDS & set(ENGINE_FIELDS)
-
-
-def _accepts(**fields: Any) -> bool:
-    """Whether SamplingParams takes these values (what the engine can do)."""
-    try:
-        SamplingParams(**fields)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-# the engine returns the top alternatives of each token (SamplingParams takes a number and
-# RequestOutput carries them)
-TOP_LOGPROBS = _accepts(logprobs=2) and "top_logprobs" in {
-    f.name for f in dataclasses.fields(RequestOutput)}
-NEGATIVE_SEEDS = _accepts(seed=-1)
+# The engine's sampling fields that OpenAI's API does not have (vLLM's extra parameters).
+ENGINE_FIELDS = ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_p",
+                 "min_tokens", "stop_token_ids")
 
 
 class _Body(BaseModel):
@@ -119,7 +93,8 @@ class _SamplingBody(_Body):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
-    skip_special_tokens: bool | None = None  # leave control tokens (<|im_end|>) out of the text
+    skip_special_tokens: bool = True  # leave control tokens (<|im_end|>) out of the text
+    include_stop_str_in_output: bool = False  # keep the stop string that ended it in the text
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
@@ -132,6 +107,7 @@ class CompletionRequest(_SamplingBody):
     prompt: str | list[str] | list[int] | list[list[int]]
     logprobs: int | None = None  # the chosen token's log-probability and this many alternatives
     best_of: int | None = None  # only None or n: n answers are n answers
+    echo: bool = False  # the prompt's text before each choice's text
 
 
 class ContentPart(_Body):
@@ -209,13 +185,13 @@ def check_fields(req: CompletionRequest | ChatCompletionRequest) -> None:
     check_extra(req)
     if req.n < 1:
         raise bad_request(f"n must be an integer >= 1, got {req.n!r}.", param="n")
-    for name, neutral in ENGINE_FIELDS.items():
-        if name not in HONOURED and getattr(req, name) not in neutral:
-            raise bad_request(f"{name} is not supported by this engine (only "
-                              f"{json_text(neutral[-1])}).", param=name)
     if isinstance(req, CompletionRequest) and req.best_of not in (None, req.n):
         raise bad_request(f"best_of must equal n ({req.n}): this server returns every answer "
                           f"it generates, got {req.best_of}.", param="best_of")
+    if isinstance(req, CompletionRequest) and req.echo and req.logprobs is not None:
+        raise bad_request("echo with logprobs would need the prompt tokens' log-probabilities, "
+                          "which this engine does not compute: ask for one or the other.",
+                          param="echo")
     if isinstance(req, CompletionRequest) and req.logprobs is not None and not (
             0 <= req.logprobs <= MAX_LOGPROBS):
         raise bad_request(f"logprobs must be an integer from 0 to {MAX_LOGPROBS}, got "
@@ -226,17 +202,6 @@ def check_fields(req: CompletionRequest | ChatCompletionRequest) -> None:
                           f"{req.top_logprobs}.", param="top_logprobs")
     if isinstance(req, ChatCompletionRequest) and req.top_logprobs and not req.logprobs:
         raise bad_request("top_logprobs needs logprobs: true.", param="top_logprobs")
-    alternatives = (req.logprobs if isinstance(req, CompletionRequest)
-                    else req.top_logprobs)
-    name = "logprobs" if isinstance(req, CompletionRequest) else "top_logprobs"
-    if alternatives and not TOP_LOGPROBS:
-        raise bad_request(f"{name} > 0 is not supported by this engine: it returns the chosen "
-                          "token's log-probability only (ask for 0).", param=name)
-    if alternatives and req.stream:
-        raise bad_request(f"{name} > 0 is not supported with stream: true yet (the stream "
-                          "carries the chosen token's log-probability only).", param=name)
-    if req.seed is not None and req.seed < 0 and not NEGATIVE_SEEDS:
-        raise bad_request(f"seed must be an integer >= 0, got {req.seed}.", param="seed")
 
 
 _FIELD = re.compile(r"SamplingParams\.(\w+)")
@@ -263,7 +228,7 @@ def sampling_params(req: CompletionRequest | ChatCompletionRequest,
                           f"{req.seed}.", param="seed")
     top_k = 0 if req.top_k in (None, -1) else req.top_k
     engine_fields = {name: getattr(req, name) for name in ENGINE_FIELDS
-                     if name in HONOURED and getattr(req, name) is not None}
+                     if getattr(req, name) is not None}
     try:
         return SamplingParams(
             temperature=1.0 if req.temperature is None else req.temperature,
@@ -273,6 +238,8 @@ def sampling_params(req: CompletionRequest | ChatCompletionRequest,
             stop=req.stop,
             seed=None if req.seed is None else req.seed + choice,
             ignore_eos=req.ignore_eos,
+            skip_special_tokens=req.skip_special_tokens,
+            include_stop_str_in_output=req.include_stop_str_in_output,
             logprobs=num_alternatives(req) or wants_logprobs(req),
             **engine_fields,
         )

@@ -2,10 +2,13 @@
 
 With thinking on, Qwen3 writes `<think>`, its reasoning, `</think>`, then the answer. The chat
 answer carries the reasoning in `message.reasoning_content` (streamed: `delta.reasoning_content`)
-and only what follows `</think>` in `content`. A `<think>` the model writes is left out; until
-`</think>` comes everything is reasoning, so an answer cut off while thinking (max_tokens, a stop
-string) has reasoning and no content. With thinking off (`enable_thinking: false`: the template
-puts an empty think block in the prompt) everything is content.
+and only what follows `</think>` in `content`. The think block is the one the answer opens
+with: after its `<think>` everything is reasoning until `</think>`, so an answer cut off while
+thinking (max_tokens, a stop string) has reasoning and no content. Where the prompt itself ends
+with `<think>` (templates of thinking-only checkpoints open the block for the model), the answer
+starts inside it. An answer that opens no think block (a small model that never learnt the tags)
+is all content. With thinking off (`enable_thinking: false`: the template puts an empty think
+block in the prompt) everything is content.
 
 Text arrives in deltas that may end inside a tag ("</thi" + "nk>"): the end of a delta that
 could begin a tag waits for the next one.
@@ -27,9 +30,9 @@ def _partial_tag(text: str, tag: str) -> int:
 class ReasoningSplit:
     """Splits one choice's text, delta by delta, into (reasoning, content)."""
 
-    def __init__(self, thinking: bool) -> None:
-        self.thinking = thinking  # still inside the think block
-        self.started = False  # a leading <think> was looked for
+    def __init__(self, thinking: bool, opened: bool = False) -> None:
+        self.thinking = thinking  # still inside the think block (or not yet known)
+        self.started = opened  # the answer's opening was looked at (or the prompt opened it)
         self.pending = ""  # text that may be the start of a tag
 
     def push(self, delta: str) -> tuple[str, str]:
@@ -50,8 +53,10 @@ class ReasoningSplit:
                 self.pending = text  # perhaps the beginning of "<think>"
                 return "", ""
             self.started = True
-            if stripped.startswith(START):
-                text = stripped[len(START):]
+            if not stripped.startswith(START):
+                self.thinking = False  # no think block: the answer is all content
+                return "", text
+            text = stripped[len(START):]
         end = text.find(END)
         if end >= 0:
             self.thinking = False
@@ -63,9 +68,15 @@ class ReasoningSplit:
         return text, ""
 
 
-def split_reasoning(text: str, thinking: bool) -> tuple[str | None, str | None]:
+def prompt_opens_think(prompt_text: str) -> bool:
+    """Does the rendered prompt end inside an open think block (`...<think>\n`)?"""
+    return prompt_text.rstrip().endswith(START)
+
+
+def split_reasoning(text: str, thinking: bool,
+                    opened: bool = False) -> tuple[str | None, str | None]:
     """A whole answer -> (reasoning_content, content); None where a part is empty."""
-    split = ReasoningSplit(thinking)
+    split = ReasoningSplit(thinking, opened)
     reasoning, content = split.push(text)
     rest_reasoning, rest_content = split.finish()
     reasoning, content = reasoning + rest_reasoning, content + rest_content
