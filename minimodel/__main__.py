@@ -86,15 +86,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
         def show(reasoning: str, content: str) -> None:
             nonlocal answer, shown
-            if reasoning:
-                print(f"{dim}{'' if shown else '(thinking) '}{reasoning}{plain}", end="",
-                      flush=True)
+            if reasoning and (shown or reasoning.strip()):  # an empty think block shows nothing
+                text = reasoning if shown else "(thinking) " + reasoning.lstrip()
+                print(f"{dim}{text}{plain}", end="", flush=True)
                 shown = True
-            if content:
+            if content and (answer or content.strip()):
                 if shown and not answer:
                     print("\nmodel> ", end="")
+                print(content if answer else content.lstrip(), end="", flush=True)
                 answer += content
-                print(content.lstrip() if answer == content else content, end="", flush=True)
 
         for delta in llm.stream(prompt, params):
             show(*split.push(delta))
