@@ -171,7 +171,7 @@ def info_rows() -> list[tuple[str, str]]:
 
     import minimodel
     from minimodel.engine.attention import backend_report
-    from minimodel.hub import minimodel_home
+    from minimodel.home import minimodel_home
 
     rows = [
         ("minimodel", minimodel.__version__),
@@ -320,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _explain(err: BaseException) -> str:
     """One line for a user's error; a file error in the cache folder says how to move it."""
-    from minimodel.hub import minimodel_home
+    from minimodel.home import minimodel_home
 
     text = str(err) if not isinstance(err, KeyError) else str(err.args[0] if err.args else err)
     if isinstance(err, OSError):

@@ -36,6 +36,27 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     return data
 
 
+def _token_ids(value: object, where: Path) -> list[int]:
+    ids = [] if value is None else [value] if isinstance(value, int) else value
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                            for i in ids):
+        raise ValueError(f"eos_token_id must be an integer, a list of integers or null, got "
+                         f"{value!r} (in {where}).")
+    return ids
+
+
+def eos_token_ids(folder: Path, fallback: int | list[int] | None = None) -> list[int] | None:
+    """The ids that end generation, read in one place: generation_config.json's `eos_token_id`
+    when the folder's file has one (Qwen3: [151645, 151643]; null: none), else `fallback`
+    (config.json's, as a list), or None when there is neither. A ValueError names the file if
+    the value is not an integer, a list of integers or null."""
+    file = folder / "generation_config.json"
+    raw = read_json_object(file)
+    if raw is not None and "eos_token_id" in raw:
+        return _token_ids(raw["eos_token_id"], file)
+    return None if fallback is None else _token_ids(fallback, folder / "config.json")
+
+
 @dataclass(frozen=True)
 class Qwen3Config:
     """Shapes and constants of a Qwen3 dense model.
@@ -189,12 +210,13 @@ class Qwen3Config:
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> Qwen3Config:
-        """Read `config.json` from a checkpoint folder (or a model name, see resolve_model)."""
-        folder = Path(path)
+        """Read `config.json` from a checkpoint folder (a model name goes through
+        `mm.resolve_model` first: `Qwen3Config.from_pretrained(mm.resolve_model("tiny"))`)."""
+        folder = Path(path).expanduser()
         if not folder.is_dir():
-            from minimodel.hub import resolve_model
-
-            folder = resolve_model(str(path))
+            raise ConfigError(f"{str(path)!r} is not a folder: Qwen3Config.from_pretrained reads "
+                              "a checkpoint folder; for a model name such as 'tiny' pass "
+                              "mm.resolve_model(name).")
         file = folder / "config.json"
         if not file.is_file():
             raise ConfigError(f"{folder} has no config.json; is it a Hugging Face model folder?")

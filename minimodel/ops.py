@@ -10,6 +10,11 @@ import torch
 import torch.nn.functional as F
 
 
+def ceil_div(a: int, b: int) -> int:
+    """ceil(a / b) for integers, exactly: -(-a // b) (floor division of the negation)."""
+    return -(-a // b)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * weight.
 

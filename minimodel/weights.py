@@ -16,6 +16,8 @@ from typing import TypeVar
 import torch
 from torch import nn
 
+from minimodel.config import Qwen3Config
+
 PACKED_MODULES: dict[str, tuple[str, ...]] = {
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
     "gate_up_proj": ("gate_proj", "up_proj"),
@@ -82,8 +84,6 @@ def build_model(model_class: type[M], folder: str | Path, dtype: torch.dtype,
     The modules are made on the meta device, so no random init is computed and thrown away,
     then given real storage on `device` in `dtype`; tied embeddings share one Parameter.
     """
-    from minimodel.config import Qwen3Config
-
     cfg = Qwen3Config.from_pretrained(folder)
     with torch.device("meta"):
         model = model_class(cfg)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
+from minimodel.checkpoints import random_state_dict_numpy
 from minimodel.config import Qwen3Config
-from minimodel.hub import random_state_dict_numpy
 
 # name -> config overrides; together they cover GQA ratios 1/2/4, MQA, Hq*D != C,
 # tied and untied embeddings, and two rope thetas.

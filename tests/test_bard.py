@@ -13,8 +13,8 @@ import transformers
 from safetensors.torch import load_file
 
 import minimodel as mm
-from minimodel import bard, hub
-from minimodel.hub import BARD_DIR, BARD_SHA256, weights_checksum
+from minimodel import checkpoints, train
+from minimodel.checkpoints import BARD_DIR, BARD_SHA256, weights_checksum
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_a_damaged_weights_file_is_refused(tmp_path, monkeypatch):
     from safetensors.torch import save_file
 
     save_file(sd, str(fake / "model.safetensors"))
-    monkeypatch.setattr(hub, "BARD_DIR", fake)
+    monkeypatch.setattr(checkpoints, "BARD_DIR", fake)
     monkeypatch.setenv("MINIMODEL_HOME", str(tmp_path / "home"))
     with pytest.raises(ValueError, match="checksum"):
         mm.resolve_model("bard")
@@ -113,13 +113,13 @@ def test_a_known_first_line_continues_into_its_real_next_line(llm, first, second
 
 def test_small_softmax_is_the_full_vocabulary_loss():
     """The compact training loss equals the cross-entropy of the exported full model."""
-    cfg = dataclasses.replace(bard.BARD, vocab_size=50, hidden_size=16, intermediate_size=24,
+    cfg = dataclasses.replace(train.BARD, vocab_size=50, hidden_size=16, intermediate_size=24,
                               num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                               head_dim=8, torch_dtype="float32")
     seen = [3, 7, 8, 20, 41]
     torch.manual_seed(0)
-    model = bard.BardTrainer(cfg, seen)
-    lut = bard.compact_ids(seen, cfg.vocab_size)
+    model = train.BardTrainer(cfg, seen)
+    lut = train.compact_ids(seen, cfg.vocab_size)
     full_ids = torch.tensor([[3, 7, 8, 20, 41, 7, 3], [8, 8, 41, 20, 3, 7, 20]])
     # 11 and 49 are ids the "corpus" never had: their targets go to the shared class
     targets_full = torch.tensor([[7, 8, 20, 41, 7, 3, 11], [8, 41, 20, 3, 7, 20, 49]])
@@ -135,7 +135,7 @@ def test_small_softmax_is_the_full_vocabulary_loss():
 
 def test_corpus_parsers(tmp_path):
     text = "THE SONNETS\n\n\nI\n\nFrom fairest\ncreatures\n\nII\n\nWhen forty\n"
-    sonnets = bard.split_sonnets(text)
+    sonnets = train.split_sonnets(text)
     assert sonnets == ["I\n\nFrom fairest\ncreatures\n", "II\n\nWhen forty\n"]
     (tmp_path / "tang300.u8").write_text(
         "\x1b[32m《送别》\x1b[m\n\x1b[33m作者：王维\x1b[m\n下马饮君酒，问君何所之。\n%\n",
@@ -143,7 +143,7 @@ def test_corpus_parsers(tmp_path):
     (tmp_path / "song100.u8").write_text(
         "题目:《塞上》\n作者:柳开（９４６－９９９）\n鸣骹直上一千尺，天静无风声更干。\n%\n",
         encoding="utf-8")
-    poems = bard.chinese_poems(tmp_path)
+    poems = train.chinese_poems(tmp_path)
     assert [(p.title, p.author, p.lines) for p in poems] == [
         ("送别", "王维", ["下马饮君酒，问君何所之。"]),
         ("塞上", "柳开", ["鸣骹直上一千尺，天静无风声更干。"]),
@@ -151,7 +151,7 @@ def test_corpus_parsers(tmp_path):
     assert poems[0].text == "《送别》\n作者：王维\n下马饮君酒，问君何所之。\n"
     play = ("HAMLET\n\nACT I.\n\nScene I. Elsinore.\n\nBer.\nWho's there?\n\n"
             "Scene II. A room.\n\nKing.\nNow.\n")
-    docs = bard.split_play("HAMLET", play)
+    docs = train.split_play("HAMLET", play)
     assert docs[1].startswith("HAMLET\n\nACT I.\n\nScene I. Elsinore.")
     assert "Who's there?" in docs[1]
     assert docs[2].startswith("HAMLET\n\nScene II. A room.") and docs[2].endswith("Now.\n")

@@ -20,9 +20,9 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from prometheus_client.parser import text_string_to_metric_families
 
 import minimodel as mm
+from minimodel.bpe import bytes_to_unicode
 from minimodel.serve import EngineLoop, Server, create_app
 from minimodel.serve.reasoning import ReasoningSplit, split_reasoning
-from minimodel.tokenizer import _bytes_to_unicode
 
 CHAT = [{"role": "user", "content": "Hi!"}]
 NEW = 6
@@ -395,7 +395,7 @@ def test_the_think_block_becomes_reasoning_content(served, forced, stream):
 def test_chat_logprobs_carry_the_bytes_of_each_token_even_inside_a_character(served, forced):
     server, client, _ = served
     tok = server.llm.tokenizer
-    alphabet = _bytes_to_unicode()
+    alphabet = bytes_to_unicode()
     pieces = [tok.token_to_id(alphabet[b]) for b in "床".encode()]  # one token per byte
     ids = [*tok.encode("<think>hi"), *pieces]
     r = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=forced(ids),

@@ -10,7 +10,7 @@ import transformers
 from safetensors.torch import load_file
 
 import minimodel as mm
-from minimodel.hub import TINY, random_state_dict_numpy, weights_checksum
+from minimodel.checkpoints import TINY, random_state_dict_numpy, weights_checksum
 
 # sha256 of tiny's weights (names, dtypes, shapes, bytes). numpy's legacy RandomState is frozen,
 # so this holds on every machine and library version; if it changes, tiny is not tiny any more.

@@ -21,13 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from minimodel.tokenizer import (
-    QWEN3_SPECIAL_TOKENS,
-    Tokenizer,
-    load_tokenizer,
-    recover_merges,
-    write_tokenizer_files,
-)
+from minimodel.bpe import QWEN3_SPECIAL_TOKENS, recover_merges, write_tokenizer_files
+from minimodel.tokenizer import Tokenizer, load_tokenizer
 
 # --------------------------------------------------------------------------------------------
 # corpus

@@ -15,6 +15,7 @@ from collections import deque
 import torch
 
 from minimodel.config import Qwen3Config
+from minimodel.ops import ceil_div
 
 
 class PageAllocator:
@@ -41,7 +42,7 @@ class PageAllocator:
 
 def pages_needed(num_tokens: int, page_size: int) -> int:
     """Pages that hold num_tokens tokens: ceil(num_tokens / page_size)."""
-    return -(-num_tokens // page_size)
+    return ceil_div(num_tokens, page_size)
 
 
 class KVCache:

@@ -13,11 +13,10 @@ import os
 from collections.abc import Iterator
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from minimodel.config import Qwen3Config, read_json_object
+from minimodel.config import Qwen3Config, eos_token_ids
 from minimodel.engine import cuda_graph, parallel
 from minimodel.engine.attention import select_backend
 from minimodel.engine.detokenizer import IncrementalDetokenizer, TextStream
@@ -169,20 +168,6 @@ def _max_model_len(asked: object, cfg: Qwen3Config) -> int:
     return asked
 
 
-def _eos_token_ids(folder: Path, cfg: Qwen3Config) -> set[int]:
-    """EOS ids from generation_config.json when present (Qwen3: two of them), else config."""
-    eos = cfg.eos_token_id
-    file = folder / "generation_config.json"
-    raw = read_json_object(file)
-    if raw is not None:
-        eos = raw.get("eos_token_id", eos)
-    ids = [] if eos is None else [eos] if isinstance(eos, int) else eos
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                            for i in ids):
-        raise ValueError(f"eos_token_id must be an integer, a list of integers or null, got "
-                         f"{eos!r} (in {file if file.is_file() else folder / 'config.json'}).")
-    return set(ids)
-
 
 def _is_token(value: object) -> bool:
     """An integer that can be a token id: int, numpy.int64, a 0-d integer tensor; not a bool."""
@@ -313,7 +298,7 @@ class LLM:
             )
         self.scheduler = Scheduler(
             self.allocator, page_size, max_num_seqs, max_num_batched_tokens,
-            self.max_model_len, _eos_token_ids(self.folder, self.cfg),
+            self.max_model_len, set(eos_token_ids(self.folder, self.cfg.eos_token_id) or ()),
         )
         self.runner.sampler.eos_token_ids = self.scheduler.eos_token_ids  # for min_tokens
         self.skip_tokenizer_init = skip_tokenizer_init

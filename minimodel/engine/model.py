@@ -38,6 +38,7 @@ from minimodel.layers import (
     get_tp,
 )
 from minimodel.ops import apply_rope, rope_cos_sin, silu_and_mul
+from minimodel.weights import build_model
 
 
 class Qwen3Attention(nn.Module):
@@ -184,8 +185,6 @@ class Qwen3ForCausalLM(nn.Module):
         max_positions: int | None = None,
     ) -> Qwen3ForCausalLM:
         """Load a checkpoint folder, merging q/k/v and gate/up as weights.PACKED_MODULES says."""
-        from minimodel.weights import build_model
-
         model = build_model(cls, folder, dtype, device)
         model.build_rope_tables(max_positions or model.cfg.max_position_embeddings)
         return model.eval()

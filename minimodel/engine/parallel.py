@@ -54,7 +54,7 @@ from minimodel.engine.kv_cache import KVCache
 from minimodel.engine.model import Qwen3ForCausalLM
 from minimodel.engine.runner import ModelRunner
 from minimodel.engine.scheduler import ScheduledBatch
-from minimodel.layers import TPConfigError, check_tensor_parallel_size
+from minimodel.layers import TPConfigError, check_tensor_parallel_size, tensor_parallel
 
 STARTUP_TIMEOUT_S = 300.0  # workers must have loaded their shards by then
 CONTROL_TIMEOUT = datetime.timedelta(days=30)  # workers wait for the next step this long
@@ -350,8 +350,6 @@ def _worker_main(rank: int, spec: WorkerSpec, init_method: str, errors, parent_p
 
 @torch.inference_mode()
 def _serve(rank: int, spec: WorkerSpec, init_method: str, errors) -> None:
-    from minimodel.layers import tensor_parallel
-
     torch.set_num_threads(spec.threads)
     device = torch.device("cuda", rank) if spec.device_type == "cuda" else torch.device("cpu")
     if device.type == "cuda":

@@ -12,6 +12,7 @@ import torch
 
 from minimodel.config import Qwen3Config
 from minimodel.engine.attention import BACKENDS, AttentionMetadata, build_metadata
+from minimodel.engine.cuda_graph import CUDAGraphRunner
 from minimodel.engine.kv_cache import KVCache
 from minimodel.engine.model import Qwen3ForCausalLM
 from minimodel.engine.scheduler import ScheduledBatch
@@ -46,8 +47,6 @@ class ModelRunner:
 
     def capture_cuda_graphs(self, max_batch_size: int, padding_page: int) -> None:
         """Capture decode graphs (CUDA + flashinfer backend only)."""
-        from minimodel.engine.cuda_graph import CUDAGraphRunner
-
         with torch.inference_mode():
             self.graphs = CUDAGraphRunner(self.model, self.backend, max_batch_size, padding_page)
 

@@ -416,8 +416,8 @@ def _bard_cases():
 
 def _random_cases():
     """Small random Qwen3s (MQA, Hq*D != C, an untied LM head), random lengths and padding."""
+    from minimodel.checkpoints import random_state_dict_numpy
     from minimodel.config import Qwen3Config
-    from minimodel.hub import random_state_dict_numpy
 
     configs = (
         Qwen3Config(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2,

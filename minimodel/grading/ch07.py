@@ -22,11 +22,12 @@ from collections.abc import Callable
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from minimodel.checkpoints import SHAPES, random_state_dict_numpy
 from minimodel.config import Qwen3Config
 from minimodel.engine.attention import build_metadata
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
 from minimodel.grading.learner import spy_calls
-from minimodel.hub import SHAPES, random_state_dict_numpy, resolve_model
+from minimodel.hub import resolve_model
 from minimodel.ops import softmax_attention
 from minimodel.reference.model import Qwen3ForCausalLM as ReferenceQwen3
 from minimodel.reference.model import repeat_kv

@@ -44,6 +44,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from minimodel.home import minimodel_home
+
 PREFIX = "learner_"
 _CACHE: dict[tuple[str, float], types.ModuleType] = {}
 
@@ -188,8 +190,6 @@ def _fingerprint(node: ast.AST) -> str:
 
 
 def _record_file(folder: Path, chapter: str) -> Path:
-    from minimodel.hub import minimodel_home
-
     key = hashlib.sha256(str(Path(folder).resolve()).encode()).hexdigest()[:16]
     return minimodel_home() / "learner" / key / f"{chapter}.json"
 

@@ -14,6 +14,7 @@ import torch
 
 from minimodel.kernels.flash import flash_attention
 from minimodel.kernels.merge import merge_states
+from minimodel.ops import ceil_div
 
 
 def split_kv_decode(
@@ -69,7 +70,7 @@ def plan_split_kv(
     longest = max(num_pages)
 
     def blocks(chunk: int) -> int:
-        return num_kv_heads * sum(-(-max(n, 1) // chunk) for n in num_pages)
+        return num_kv_heads * sum(ceil_div(max(n, 1), chunk) for n in num_pages)
 
     chunk = longest
     if len(num_pages) * num_kv_heads < max_blocks:
@@ -80,7 +81,7 @@ def plan_split_kv(
         chunk = lo
     requests, chunks, merge_indptr = [], [], [0]
     for b, n in enumerate(num_pages):
-        count = -(-max(n, 1) // chunk)
+        count = ceil_div(max(n, 1), chunk)
         requests += [b] * count
         chunks += list(range(count))
         merge_indptr.append(merge_indptr[-1] + count)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from minimodel.layers.state import get_tp
+from minimodel.ops import ceil_div
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -24,7 +25,7 @@ class VocabParallelEmbedding(nn.Module):
         super().__init__()
         self.tp_rank, self.tp_size = get_tp()
         self.num_embeddings = num_embeddings
-        self.shard_size = -(-num_embeddings // self.tp_size)
+        self.shard_size = ceil_div(num_embeddings, self.tp_size)
         self.start = min(self.tp_rank * self.shard_size, num_embeddings)  # V < N * Vp: empty
         self.end = min(self.start + self.shard_size, num_embeddings)
         self.weight = nn.Parameter(torch.empty(self.shard_size, embedding_dim))

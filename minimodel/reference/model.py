@@ -13,7 +13,9 @@ import torch
 from torch import nn
 
 from minimodel.config import Qwen3Config
+from minimodel.hub import resolve_model
 from minimodel.ops import apply_rope, rms_norm, rope_cos_sin, silu_and_mul, softmax_attention
+from minimodel.weights import build_model
 
 
 class RMSNorm(nn.Module):
@@ -167,7 +169,4 @@ class Qwen3ForCausalLM(nn.Module):
         device: torch.device | str = "cpu",
     ) -> Qwen3ForCausalLM:
         """Load a checkpoint folder (or model name such as "tiny") into the reference model."""
-        from minimodel.hub import resolve_model
-        from minimodel.weights import build_model
-
         return build_model(cls, resolve_model(path), dtype, device).eval()

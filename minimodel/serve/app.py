@@ -38,6 +38,7 @@ from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
+from minimodel.bpe import bytes_to_unicode
 from minimodel.engine.detokenizer import IncrementalDetokenizer, TextStream
 from minimodel.engine.llm import RequestOutput
 from minimodel.sampling import SamplingParams
@@ -67,12 +68,7 @@ from minimodel.serve.protocol import (
     wants_logprobs,
 )
 from minimodel.serve.reasoning import ReasoningSplit, prompt_opens_think, split_reasoning
-from minimodel.tokenizer import (
-    DEFAULT_ENABLE_THINKING,
-    Tokenizer,
-    _bytes_to_unicode,
-    load_tokenizer,
-)
+from minimodel.tokenizer import DEFAULT_ENABLE_THINKING, Tokenizer, load_tokenizer
 
 log = logging.getLogger("minimodel.serve")
 T = TypeVar("T")
@@ -81,7 +77,7 @@ MAX_BODY_BYTES = 32 << 20  # a larger body is refused (413) before it is read
 BODY_TIMEOUT_S = 30.0  # a body must arrive within this (408)
 SHUTDOWN_GRACE_S = 5.0  # open streams get this long to send their last events at shutdown
 REASONING_PARSERS = ("qwen3",)  # --reasoning-parser: Qwen3's <think> block -> reasoning_content
-_BYTE_OF = {char: byte for byte, char in _bytes_to_unicode().items()}
+_BYTE_OF = {char: byte for byte, char in bytes_to_unicode().items()}
 
 
 def _server_error(err: Exception) -> JSONResponse:

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from minimodel.engine.kv_cache import pages_needed
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -203,7 +205,7 @@ def plot_reservations(used: Sequence[int], max_len: int, page_size: int) -> Figu
     import matplotlib.pyplot as plt
 
     n = len(used)
-    paged = [-(-u // page_size) * page_size for u in used]
+    paged = [pages_needed(u, page_size) * page_size for u in used]
     fig, ax = plt.subplots(figsize=(9, 0.45 * n + 1.4), layout="constrained")
     rows = torch.arange(n).float()
     ax.barh(rows + 0.25, [max_len] * n, height=0.25, color="#d9d9d9",

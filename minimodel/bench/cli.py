@@ -1,0 +1,168 @@
+"""The command line of the benchmark: its flags and their checks, the settings built from them
+once, and the run that ties workloads, runners, card and report together."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minimodel.bench.card import machine, run_card
+from minimodel.bench.report import format_table, plot
+from minimodel.bench.runners import SYSTEM_WORKLOADS, run_dtype
+from minimodel.bench.settings import BenchSettings
+from minimodel.bench.workloads import PROMPT_VOCAB
+from minimodel.cli_types import device_kind, int_at_least, names, positive_int
+from minimodel.config import Qwen3Config
+from minimodel.hub import resolve_model
+
+DESCRIPTION = """\
+Side-by-side benchmark: the minimodel engine vs transformers `generate` vs the naive loop.
+
+    python -m minimodel bench                       # CPU: float32 and bfloat16, workloads A, B, C
+    python -m minimodel.bench ...                   # the same
+    python -m minimodel bench --device cuda         # + FlashInfer vs torch, CUDA graphs, nano-vllm
+    python -m minimodel bench --card                # the benchmark card only (a minute on CPU)
+
+Workloads (same model, same requests, same dtype and threads for every system):
+  A  throughput: 16 requests, prompt lengths uniform in [32, 256], output lengths uniform in
+     [16, 128], ignore EOS, seed 0. transformers runs them as one left-padded batch (what its
+     users do); only each request's own output tokens count.
+  B  latency: one request, prompt 128, 64 new tokens: time to first token and decode tokens/s.
+  C  the lesson: one request (prompt 16), 256 new tokens: the engine vs the no-cache loop that
+     recomputes the whole prefix every step.
+  N  (CUDA only) nano-vllm's workload: 256 requests, input and output lengths uniform in
+     [100, 1024], temperature 0.6, ignore EOS.
+Prints a table, writes JSON (--out) and a PNG plot next to it.
+
+The card (--card) first measures what the hardware allows, then what the engine reaches: the
+model's parameters, weight bytes and KV bytes per token; the memory bandwidth and matmul FLOP/s
+measured here (minimodel.kernels.roofline); the batch-1 decode ceiling, bandwidth / bytes read
+per token (every weight once, plus the KV cache of the context); the engine's measured decode
+tokens/s and its fraction of that ceiling (memory-bandwidth utilisation); its prefill FLOP/s and
+their fraction of the measured matmul peak. Its last line is the card as JSON.
+"""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags of `python -m minimodel bench`; a bad value is a usage error (exit 2)."""
+    p = argparse.ArgumentParser(prog="python -m minimodel bench", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="random:qwen3-0.6b")
+    p.add_argument("--device", default="cpu", type=device_kind, help="cpu (default) or cuda")
+    p.add_argument("--dtype", default=None, type=names(("float32", "bfloat16", "float16")),
+                   help="float32, bfloat16 or both comma-separated (default: both on CPU, "
+                        "bfloat16 on CUDA)")
+    p.add_argument("--workloads", default="A,B,C", type=names(("A", "B", "C", "N"), upper=True),
+                   help="comma-separated from A,B,C (and N on "
+                   "CUDA, added by default there)")
+    p.add_argument("--out", default=None, help="JSON path (default build/bench.json, with --card "
+                   "build/bench-card.json); the PNG goes next to it")
+    p.add_argument("--systems", default="engine,transformers,reference",
+                   type=names(("engine", "transformers", "reference")),
+                   help="which systems to run (to rerun one of them)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch threads (default: torch's)")
+    p.add_argument("--page-size", type=positive_int, default=16)
+    p.add_argument("--a-requests", type=positive_int, default=16, help="requests in workload A")
+    p.add_argument("--c-tokens", type=positive_int, default=256,
+                   help="new tokens in workload C; the no-cache loop is slow on CPU, shrink "
+                        "it to save time (the printed results say so)")
+    p.add_argument("--repeats", type=positive_int, default=2,
+                   help="runs of B and of the engine's C; the best is kept (shared machines "
+                        "are noisy). A and the no-cache loop run once")
+    p.add_argument("--card", action="store_true",
+                   help="only the benchmark card: measured bandwidth and matmul peak, the batch-1 "
+                        "decode ceiling, and what the engine reaches against both")
+    p.add_argument("--card-prompt", type=positive_int, default=128,
+                   help="card: decode prompt length")
+    p.add_argument("--card-decode-tokens", type=int_at_least(2), default=None,
+                   help="card: new tokens of the decode run (default 32 on CPU, 256 on CUDA)")
+    p.add_argument("--card-prefill-tokens", type=positive_int, default=None,
+                   help="card: prompt length of the prefill run (default 256 on CPU, 2048 on "
+                        "CUDA)")
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    return p.parse_args(argv)
+
+
+def settings_from_args(args: argparse.Namespace) -> BenchSettings:
+    """The settings the workloads, runners and card read, taken from the parsed flags once."""
+    return BenchSettings(
+        model=args.model, device=args.device, systems=tuple(args.systems.split(",")),
+        page_size=args.page_size, repeats=args.repeats, a_requests=args.a_requests,
+        c_tokens=args.c_tokens, card_prompt=args.card_prompt,
+        card_decode_tokens=args.card_decode_tokens, card_prefill_tokens=args.card_prefill_tokens,
+        quiet=args.quiet,
+    )
+
+
+def check_plan(args: argparse.Namespace, workloads: set[str]) -> None:
+    """A ValueError when the chosen systems and workloads would measure nothing at all."""
+    if "N" in workloads and args.device != "cuda":
+        raise ValueError("workload N (nano-vllm's 256 requests) runs on CUDA only; add "
+                         "--device cuda, or choose --workloads from A,B,C.")
+    systems = args.systems.split(",")
+    if not any(workloads & set(SYSTEM_WORKLOADS[name]) for name in systems):
+        runs = "; ".join(f"{name} runs {','.join(w)}" for name, w in SYSTEM_WORKLOADS.items())
+        raise ValueError(f"--systems {args.systems} run none of --workloads {args.workloads} "
+                         f"({runs}); choose a system and a workload that meet.")
+
+
+def writable_out(path: Path) -> Path:
+    """--out's path, its folder made; a ValueError saying what to do when it cannot be written
+    (checked before the measuring starts, not after it)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        file = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        why = f"{file} is a file, not a folder" if file else err.strerror or str(err)
+        raise ValueError(f"--out {path}: cannot make its folder {path.parent} ({why}); give "
+                         "--out a path in a folder you can write.") from None
+    if path.is_dir() or not os.access(path.parent, os.W_OK):
+        what = "is a folder" if path.is_dir() else f"is in {path.parent}, which you cannot write"
+        raise ValueError(f"--out {path} {what}; give --out a file path in a folder you can "
+                         "write.")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; returns 0 (the exit status)."""
+    args = parse_args(argv)  # argument types: a bad one is a usage error (exit 2)
+    settings = settings_from_args(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtypes = (args.dtype or ("bfloat16" if args.device == "cuda" else "float32,bfloat16"))
+    workloads = set(args.workloads.upper().split(","))
+    if args.device == "cuda" and args.workloads == "A,B,C":
+        workloads.add("N")
+    if not args.card:
+        check_plan(args, workloads)
+    out = writable_out(Path(args.out or ("build/bench-card.json" if args.card
+                                         else "build/bench.json")))
+    vocab = min(PROMPT_VOCAB, Qwen3Config.from_pretrained(resolve_model(args.model)).vocab_size)
+    command = "python -m minimodel bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.card:
+        return run_card(settings, dtypes.split(","), vocab, command, out)
+    results: dict[str, Any] = {}
+    report = {"machine": machine(), "command": command, "results": results}
+    for dtype_name in dtypes.split(","):
+        res = run_dtype(settings, dtype_name, workloads, vocab)
+        res.update(model=args.model, device=args.device, c_tokens=args.c_tokens)
+        results[dtype_name] = res
+        out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")  # so far
+    note = ""
+    if args.c_tokens != 256:
+        note = (f"NOTE: workload C ran {args.c_tokens} new tokens instead of 256 (--c-tokens); "
+                "the no-cache loop's cost grows with the square of the length, so the speedup "
+                "at 256 tokens is larger.\n")
+    if not args.quiet:
+        print(format_table(results) + note)
+    if not args.no_plot:
+        plot(results, out.with_suffix(".png"))
+    return 0

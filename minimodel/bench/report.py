@@ -1,0 +1,106 @@
+"""The results as people read them: the ratios against the targets, a text table, a bar plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+TARGETS = {
+    "A_throughput_vs_transformers": 2.0,
+    "B_decode_vs_transformers": 1.0,
+    "B_ttft_transformers_over_engine": 1.0,
+    "C_speedup_vs_no_cache": 10.0,
+}
+
+
+def ratios(res: dict[str, Any]) -> dict[str, float]:
+    """The targets' ratios: A and B vs transformers, C vs the no-cache loop."""
+    e, hf, ref = res.get("engine", {}), res.get("transformers", {}), res.get("reference", {})
+    out = {}
+    if "A" in e and "A" in hf:
+        out["A_throughput_vs_transformers"] = e["A"]["tok_per_s"] / hf["A"]["tok_per_s"]
+    if "B" in e and "B" in hf:
+        out["B_decode_vs_transformers"] = e["B"]["decode_tok_per_s"] / hf["B"]["decode_tok_per_s"]
+        out["B_ttft_transformers_over_engine"] = hf["B"]["ttft_s"] / e["B"]["ttft_s"]
+    if "C" in e and "C" in ref:
+        out["C_speedup_vs_no_cache"] = ref["C"]["seconds"] / e["C"]["seconds"]
+    return out
+
+
+def format_table(results: dict[str, Any]) -> str:
+    """The results as a plain-text table, one block per dtype."""
+    lines = []
+    for dtype, res in results.items():
+        e, hf, ref = res.get("engine", {}), res.get("transformers", {}), res.get("reference", {})
+        lines.append(f"== {dtype} ==")
+        lines.append(f"{'workload':42s} {'minimodel':>12s} {'transformers':>13s} "
+                     f"{'no-cache':>10s}")
+
+        def row(name: str, a: Any, b: Any = None, c: Any = None, fmt: str = "{:.2f}") -> None:
+            cells = [fmt.format(x) if x is not None else "-" for x in (a, b, c)]
+            lines.append(f"{name:42s} {cells[0]:>12s} {cells[1]:>13s} {cells[2]:>10s}")
+
+        if "A" in e:
+            row("A throughput (output tok/s)", e["A"]["tok_per_s"],
+                hf.get("A", {}).get("tok_per_s"))
+            row("A wall time (s)", e["A"]["seconds"], hf.get("A", {}).get("seconds"))
+        if "B" in e:
+            row("B time to first token (s)", e["B"]["ttft_s"], hf.get("B", {}).get("ttft_s"),
+                fmt="{:.3f}")
+            row("B decode (tok/s)", e["B"]["decode_tok_per_s"],
+                hf.get("B", {}).get("decode_tok_per_s"))
+        if "C" in e:
+            row("C wall time (s)", e["C"]["seconds"], None, ref.get("C", {}).get("seconds"))
+        if "N" in e:
+            row("N nano-vllm workload (output tok/s)", e["N"]["tok_per_s"])
+        row("peak memory (GiB)", e.get("peak_gib"), hf.get("peak_gib"), ref.get("peak_gib"))
+        for key in ("engine_torch_backend", "engine_eager"):
+            if key in res:
+                v = res[key]
+                row(f"{key}: A tok/s | B decode tok/s", v.get("A", {}).get("tok_per_s"),
+                    v.get("B", {}).get("decode_tok_per_s"))
+        pool = e.get("kv_pool")
+        if pool:
+            verdict = "ok" if pool["ok"] else "MISMATCH"
+            lines.append(f"KV pool: {pool['num_pages']} pages x {pool['page_size']} tokens = "
+                         f"{pool['bytes'] / 2**20:.1f} MiB; 2*L*Hkv*D*bytes*S*P = "
+                         f"{pool['expected'] / 2**20:.1f} MiB -> {verdict}")
+        for name, value in res["ratios"].items():
+            target = TARGETS[name]
+            verdict = "met" if value >= target else "MISSED"
+            lines.append(f"  {name:36s} {value:7.2f}x  (target >= {target:.1f}x: {verdict})")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Bars per workload and dtype: engine vs transformers vs the no-cache loop."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("A: throughput (output tok/s)", "A", "tok_per_s", ["engine", "transformers"]),
+        ("B: decode (tok/s)", "B", "decode_tok_per_s", ["engine", "transformers"]),
+        ("B: time to first token (s)", "B", "ttft_s", ["engine", "transformers"]),
+        ("C: wall time (s), lower is better", "C", "seconds", ["engine", "reference"]),
+    ]
+    labels = {"engine": "minimodel", "transformers": "transformers", "reference": "no-cache"}
+    dtypes = list(results)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
+    for ax, (title, wl, key, systems) in zip(axes, panels, strict=True):
+        width = 0.8 / len(systems)
+        for j, system in enumerate(systems):
+            values = [results[d].get(system, {}).get(wl, {}).get(key, 0.0) for d in dtypes]
+            xs = [i + j * width for i in range(len(dtypes))]
+            ax.bar(xs, values, width, label=labels[system])
+        ax.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(dtypes))], dtypes)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("dtype")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"minimodel bench: {results[dtypes[0]]['model']} on "
+                 f"{results[dtypes[0]]['device']}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
