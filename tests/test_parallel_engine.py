@@ -105,9 +105,9 @@ def test_two_ranks_equal_one(name, small_checkpoint):
     (0, {}, "integer >= 1"),
 ])
 def test_bad_sizes_fail_before_any_process(size, kw, message, small_checkpoint, monkeypatch):
-    import minimodel.engine.parallel as parallel
+    import minimodel.engine.config as engine_config
 
-    monkeypatch.setattr(parallel, "available_ranks", lambda device: 2)
+    monkeypatch.setattr(engine_config, "available_ranks", lambda device: 2)
     with pytest.raises(TPConfigError, match=message):
         LLM(small_checkpoint(**kw), tensor_parallel_size=size, skip_tokenizer_init=True)
     assert not children()

@@ -1,12 +1,14 @@
 """The engine of chapters 7-8: packed batches, paged KV cache, continuous batching.
 
 Modules, one idea each:
+    config.py       EngineConfig: every setting checked once, frozen, shared by all the parts
     model.py        Qwen3 on the packed [N, C] layout (merged projections, fused norms)
     kv_cache.py     the page pool per layer and the page allocator
     attention.py    per-step attention metadata and the torch / flashinfer backends
     sequence.py     one request inside the engine
     scheduler.py    continuous batching: admission, chunked prefill, decode, preemption
-    runner.py       one scheduled batch -> model forward -> sampled tokens
+    runner.py       one scheduled batch -> model forward -> sampled tokens (one rank's shard)
+    parallel.py     tensor parallelism: rank 0's runner broadcasts each step to worker processes
     detokenizer.py  incremental text that never splits a character
     cuda_graph.py   decode CUDA graphs per batch size
     llm.py          LLM, RequestOutput, generate / stream / step
@@ -19,6 +21,7 @@ from minimodel.engine.attention import (
     backend_report,
     build_metadata,
 )
+from minimodel.engine.config import EngineConfig
 from minimodel.engine.kv_cache import KVCache, PageAllocator
 from minimodel.engine.llm import (
     LLM,
@@ -36,6 +39,7 @@ __all__ = [
     "LLM",
     "AttentionMetadata",
     "CompletionOutput",
+    "EngineConfig",
     "FlashInferBackend",
     "KVCache",
     "Logprob",

@@ -16,25 +16,17 @@ from dataclasses import dataclass
 
 import torch
 
-from minimodel.config import Qwen3Config, eos_token_ids
-from minimodel.engine import cuda_graph, parallel
-from minimodel.engine.attention import select_backend
+from minimodel.engine import parallel
+from minimodel.engine.config import EngineConfig
 from minimodel.engine.detokenizer import IncrementalDetokenizer, TextStream
-from minimodel.engine.kv_cache import KVCache, PageAllocator, pages_needed
-from minimodel.engine.model import Qwen3ForCausalLM
-from minimodel.engine.runner import ModelRunner
+from minimodel.engine.kv_cache import PageAllocator, pages_needed
+from minimodel.engine.runner import ModelRunner, load_shard
 from minimodel.engine.scheduler import ScheduledBatch, Scheduler
 from minimodel.engine.sequence import Sequence
-from minimodel.hub import resolve_model
-from minimodel.layers import tensor_parallel
 from minimodel.sampling import SamplingParams
 from minimodel.tokenizer import Tokenizer, load_tokenizer
 
 Prompt = str | list[int]
-
-CPU_KV_CACHE_BYTES = 1 << 30  # default pool budget on CPU: 1 GiB
-GPU_MEMORY_UTILIZATION = 0.9  # default on CUDA: the pool takes what is left up to 90% of memory
-
 
 @dataclass
 class RequestMetrics:
@@ -117,58 +109,6 @@ class RequestOutput:
             logprobs=per_token, finish_reason=self.finish_reason, stop_reason=self.stop_reason)]
 
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def _resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype:
-    """The engine computes in a floating-point dtype: float32, bfloat16 or float16."""
-    if dtype is None:
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if isinstance(dtype, str) and dtype.removeprefix("torch.") in _DTYPES:
-        return _DTYPES[dtype.removeprefix("torch.")]
-    if dtype in _DTYPES.values():
-        return dtype  # type: ignore[return-value]
-    raise ValueError(f"dtype {dtype!r} is not one the engine computes in; use 'float32', "
-                     "'bfloat16' or 'float16' (or the torch dtypes).")
-
-
-def _resolve_device(device: torch.device | str | None) -> torch.device:
-    """The device to run on: CUDA when there is one, else the CPU; a ValueError for a name
-    that is no device, or a CUDA device this machine does not have."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device {device!r} is not a device; use 'cpu', 'cuda' or 'cuda:N'."
-                         ) from None
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device {device!r}: the engine runs on 'cpu' or 'cuda' only.")
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r}: no CUDA device is visible here (torch "
-                             f"{torch.__version__}, torch.cuda.is_available() is False); use "
-                             "device='cpu'.")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} "
-                             "CUDA device(s), numbered from 0.")
-    return dev
-
-
-def _max_model_len(asked: object, cfg: Qwen3Config) -> int:
-    """The context limit: the config's, or a smaller one asked for."""
-    most = cfg.max_position_embeddings
-    if asked is None:
-        return most
-    if not isinstance(asked, int) or isinstance(asked, bool) or asked < 1:
-        raise ValueError(f"max_model_len must be None or an integer >= 1, got {asked!r}.")
-    if asked > most:
-        raise ValueError(f"max_model_len={asked} is longer than the model's context "
-                         f"(max_position_embeddings={most} in config.json); use at most {most}.")
-    return asked
-
-
-
 def _is_token(value: object) -> bool:
     """An integer that can be a token id: int, numpy.int64, a 0-d integer tensor; not a bool."""
     if isinstance(value, bool):
@@ -242,65 +182,35 @@ class LLM:
         skip_tokenizer_init: bool = False,
         tensor_parallel_size: int = 1,
     ) -> None:
-        for name, value in (("page_size", page_size), ("max_num_seqs", max_num_seqs),
-                            ("max_num_batched_tokens", max_num_batched_tokens)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
-        if kv_cache_bytes is not None and (not isinstance(kv_cache_bytes, int) or isinstance(
-                kv_cache_bytes, bool) or kv_cache_bytes < 1):
-            raise ValueError(f"kv_cache_bytes must be None or an integer >= 1 (bytes), got "
-                             f"{kv_cache_bytes!r}.")
-        for name, flag in (("enforce_eager", enforce_eager),
-                           ("skip_tokenizer_init", skip_tokenizer_init)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{name} must be True or False, got {flag!r}.")
-        self.device = _resolve_device(device)
-        self.folder = resolve_model(model)
-        self.cfg = Qwen3Config.from_pretrained(self.folder)
+        # Every setting checked once, in one frozen object that the scheduler, the runner and
+        # each tensor-parallel worker are built from (engine/config.py).
+        config = EngineConfig.create(
+            model, device, dtype, attention_backend, page_size, max_num_seqs, num_pages,
+            max_num_batched_tokens, max_model_len, kv_cache_bytes, enforce_eager,
+            skip_tokenizer_init, tensor_parallel_size)
+        self.device, self.folder, self.cfg = config.device, config.folder, config.hf_config
+        self.dtype, self.max_model_len = config.dtype, config.max_model_len
+        self.tensor_parallel_size = config.tensor_parallel_size
+        self.backend_name, self.backend_reason = config.attention_backend, config.backend_reason
         if self.device.type == "cuda" and self.device.index is not None:
             torch.cuda.set_device(self.device)  # kernels, graph capture and FlashInfer use it
-        self.dtype = _resolve_dtype(dtype, self.device)
-        self.tensor_parallel_size = tp = parallel.check_size(tensor_parallel_size, self.cfg,
-                                                             self.device)
-        self.max_model_len = _max_model_len(max_model_len, self.cfg)
-        self.backend_name, self.backend_reason = select_backend(
-            attention_backend, self.device, self.dtype, self.cfg.head_dim
-        )
-        graphs_off = "tensor_parallel_size > 1" if tp > 1 else cuda_graph.graphs_off_reason(
-            enforce_eager, self.device, self.backend_name)
-        reserved = 0 if graphs_off else 1  # the padding page, never lent to a request
-        with tensor_parallel(0, tp):  # rank 0's shards (the whole model with one rank)
-            self.model = Qwen3ForCausalLM.from_pretrained(
-                self.folder, self.dtype, self.device, max_positions=self.max_model_len
-            )
-        if num_pages is None:
-            num_pages = self._pages_from_budget(page_size, max_num_seqs, kv_cache_bytes,
-                                                reserved)
-        elif not isinstance(num_pages, int) or isinstance(num_pages, bool) or num_pages < 1:
-            raise ValueError(f"num_pages must be an integer >= 1 or None, got {num_pages!r}.")
-        self.kv_cache = KVCache(self.cfg, num_pages + reserved, page_size, self.dtype,
-                                self.device, num_kv_heads=self.model.num_local_heads[1])
-        self.allocator = PageAllocator(num_pages)  # lends pages 0 .. num_pages - 1
-        if tp == 1:
-            self.runner = ModelRunner(self.model, self.kv_cache, self.backend_name, self.dtype)
+        self.model = load_shard(config, 0, self.device)  # rank 0's shards (all, with one rank)
+        self.config = config = config.with_pool()  # sized once the weights take their memory
+        self.runner = (ModelRunner(config, self.model) if config.tensor_parallel_size == 1
+                       else parallel.ParallelRunner(config, self.model))
+        self.kv_cache = self.runner.kv_cache
+        self.allocator = PageAllocator(config.num_pages)  # lends pages 0 .. num_pages - 1
+        if config.graphs_off:
+            self.cuda_graphs_reason = f"off: {config.graphs_off}"
         else:
-            self.runner = parallel.ParallelRunner(
-                self.model, self.kv_cache, self.backend_name, self.dtype, parallel.WorkerSpec(
-                    self.folder, tp, self.device.type, self.dtype, self.backend_name,
-                    num_pages + reserved, page_size, self.max_model_len,
-                    threads=max(1, torch.get_num_threads() // tp)))
-        if graphs_off:
-            self.cuda_graphs_reason = f"off: {graphs_off}"
-        else:
-            self.runner.capture_cuda_graphs(max_num_seqs, padding_page=num_pages)
+            self.runner.capture_cuda_graphs()
             self.cuda_graphs_reason = (
                 f"on: decode graphs for batch sizes {self.runner.graphs.batch_sizes}"
             )
         self.scheduler = Scheduler(
-            self.allocator, page_size, max_num_seqs, max_num_batched_tokens,
-            self.max_model_len, set(eos_token_ids(self.folder, self.cfg.eos_token_id) or ()),
+            self.allocator, config.page_size, config.max_num_seqs,
+            config.max_num_batched_tokens, config.max_model_len, set(config.eos_token_ids),
         )
-        self.runner.sampler.eos_token_ids = self.scheduler.eos_token_ids  # for min_tokens
         self.skip_tokenizer_init = skip_tokenizer_init
         self._tokenizer: Tokenizer | None = None
         self._next_id = 0
@@ -319,25 +229,6 @@ class LLM:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _pages_from_budget(
-        self, page_size: int, max_num_seqs: int, budget: int | None, reserved: int
-    ) -> int:
-        """Pages for requests in a pool of `budget` bytes that also holds `reserved` pages."""
-        if budget is None:
-            if self.device.type == "cuda":
-                free, total = torch.cuda.mem_get_info(self.device)
-                budget = int(free - (1 - GPU_MEMORY_UTILIZATION) * total)
-            else:
-                budget = CPU_KV_CACHE_BYTES
-        # Never more than max_num_seqs full-length requests could use.
-        most = max_num_seqs * pages_needed(self.max_model_len, page_size)
-        fits = KVCache.num_pages_for_budget(self.cfg, page_size, self.dtype, budget) - reserved
-        pages = min(fits, most)
-        if pages < 1:
-            raise ValueError(f"A KV cache budget of {budget} bytes holds no page for requests "
-                             f"(besides {reserved} reserved); raise it.")
-        return pages
 
     @property
     def tokenizer(self) -> Tokenizer:

@@ -41,20 +41,16 @@ import time
 import traceback
 import warnings
 import weakref
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from minimodel.config import Qwen3Config
-from minimodel.engine.attention import BACKENDS, build_metadata
-from minimodel.engine.kv_cache import KVCache
+from minimodel.engine.attention import AttentionMetadata, build_metadata
+from minimodel.engine.config import GUARD_HINT, EngineConfig, refuse_inside_a_worker
 from minimodel.engine.model import Qwen3ForCausalLM
-from minimodel.engine.runner import ModelRunner
+from minimodel.engine.runner import ModelRunner, load_shard
 from minimodel.engine.scheduler import ScheduledBatch
-from minimodel.layers import TPConfigError, check_tensor_parallel_size, tensor_parallel
 
 STARTUP_TIMEOUT_S = 300.0  # workers must have loaded their shards by then
 CONTROL_TIMEOUT = datetime.timedelta(days=30)  # workers wait for the next step this long
@@ -63,41 +59,6 @@ CONTROL_TIMEOUT = datetime.timedelta(days=30)  # workers wait for the next step 
 def timeout_s() -> float:
     """Seconds a collective may wait for a rank before rank 0 calls it hung."""
     return float(os.environ.get("MINIMODEL_TP_TIMEOUT", "120"))
-
-
-def available_ranks(device: torch.device) -> int:
-    """How many ranks this machine can run: GPUs on CUDA, CPU cores (this process may use) else."""
-    if device.type == "cuda":
-        return torch.cuda.device_count()
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def check_size(size: object, cfg: Qwen3Config, device: torch.device) -> int:
-    """The tensor-parallel size, checked before any process starts (TPConfigError if bad)."""
-    size = check_tensor_parallel_size(size, cfg, device.type, available_ranks(device))
-    if size > 1:
-        _refuse_inside_a_worker()
-    if size > 1 and device.type == "cuda" and (device.index or 0) != 0:
-        raise TPConfigError("With tensor_parallel_size > 1, rank r runs on cuda:r; pass "
-                            "device='cuda' (or 'cuda:0').")
-    return size
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """What a worker needs to build its shard of the engine."""
-
-    folder: Path
-    size: int
-    device_type: str
-    dtype: torch.dtype
-    backend_name: str
-    num_pages: int  # the pool's pages, reserved ones included
-    page_size: int
-    max_model_len: int
-    threads: int
 
 
 def _free_port() -> int:
@@ -111,20 +72,6 @@ def _pg_backend(device_type: str) -> str:
 
 
 _OPEN: weakref.WeakSet[ParallelRunner] = weakref.WeakSet()
-
-
-GUARD_HINT = (
-    "Each worker process starts by importing the main script again (multiprocessing's spawn), "
-    "so a script that makes LLM(tensor_parallel_size > 1) must do it under "
-    '`if __name__ == "__main__":`; otherwise every worker would start workers of its own.')
-
-
-def _refuse_inside_a_worker() -> None:
-    """A worker that, while it imports the main script, meets the script's own
-    LLM(tensor_parallel_size=N) stops there, saying why, instead of starting workers."""
-    # spawn names the child before it imports the main script: the name is already ours
-    if mp.current_process().name.startswith("minimodel-tp-rank"):
-        raise RuntimeError(f"A tensor-parallel worker was asked to start workers: {GUARD_HINT}")
 
 
 def _stop_processes(procs: list, grace_s: float = 10.0) -> None:
@@ -144,36 +91,35 @@ def _stop_processes(procs: list, grace_s: float = 10.0) -> None:
 
 
 class ParallelRunner(ModelRunner):
-    """ModelRunner of rank 0: also starts, drives and stops ranks 1..N-1."""
+    """ModelRunner of rank 0: also starts, drives and stops ranks 1..N-1, and before each
+    step's forward tells them what it runs (`broadcast`)."""
 
-    def __init__(self, model: Qwen3ForCausalLM, kv_cache: KVCache, backend_name: str,
-                 dtype: torch.dtype, spec: WorkerSpec) -> None:
-        _refuse_inside_a_worker()
-        super().__init__(model, kv_cache, backend_name, dtype)
+    def __init__(self, config: EngineConfig, model: Qwen3ForCausalLM) -> None:
+        refuse_inside_a_worker()
+        super().__init__(config, model)
         for other in list(_OPEN):
             warnings.warn("Another tensor-parallel LLM is open in this process; closing it "
                           "(torch.distributed has one default group per process).",
                           stacklevel=3)
             other.close(reason="another tensor-parallel LLM was opened in this process")
-        self.spec = spec
         self._closed: str | None = None  # why, once closed (see the `closed` property)
         self._threads = torch.get_num_threads()
-        torch.set_num_threads(spec.threads)
+        torch.set_num_threads(config.threads_per_rank)
         ctx = mp.get_context("spawn")
         self._errors = ctx.Queue()
         init_method = f"tcp://127.0.0.1:{_free_port()}"
         self._procs = [
             ctx.Process(target=_worker_main, name=f"minimodel-tp-rank{rank}", daemon=True,
-                        args=(rank, spec, init_method, self._errors, os.getpid()))
-            for rank in range(1, spec.size)
+                        args=(rank, config, init_method, self._errors, os.getpid()))
+            for rank in range(1, config.tensor_parallel_size)
         ]
         self._finalizer = weakref.finalize(self, _stop_processes, self._procs, 0.0)
         try:
             for p in self._procs:
                 p.start()
             self._wait_ready()
-            dist.init_process_group(_pg_backend(spec.device_type), init_method=init_method,
-                                    rank=0, world_size=spec.size,
+            dist.init_process_group(_pg_backend(config.device.type), init_method=init_method,
+                                    rank=0, world_size=config.tensor_parallel_size,
                                     timeout=datetime.timedelta(seconds=timeout_s()))
             self._control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
         except BaseException:
@@ -250,25 +196,14 @@ class ParallelRunner(ModelRunner):
         except Exception as e:
             raise self._failure(e) from e
 
-    @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> tuple[list[int], list[float]]:
-        return self._guarded(self._run, batch)
+        return self._guarded(super().run, batch)
 
-    def _run(self, batch: ScheduledBatch) -> tuple[list[int], list[float]]:
-        input_ids, metadata = self.prepare(batch)
-        sampled = [i for i, s in enumerate(batch.sample_mask) if s]
-        last_rows = (metadata.qo_indptr[1:].long() - 1)[sampled].tolist()
+    def broadcast(self, input_ids: torch.Tensor, batch: ScheduledBatch,
+                  metadata: AttentionMetadata, rows: list[int]) -> None:
+        """What every worker needs to run the step as rank 0 does (see `_serve`)."""
         self._send("step", input_ids.tolist(), [s.page_table for s in batch.seqs],
-                   metadata.kv_lens, metadata.q_lens, last_rows)
-        hidden = self.forward(input_ids, metadata)  # [N, C], the same on every rank
-        if not sampled:
-            return [], []
-        logits = self.model.compute_logits(hidden[last_rows])  # gathered here, on rank 0
-        seqs = [batch.seqs[i] for i in sampled]
-        tokens, logprobs = self.sampler(
-            logits, [s.params for s in seqs], [s.generator for s in seqs]
-        )
-        return tokens.tolist(), logprobs.tolist()
+                   metadata.kv_lens, metadata.q_lens, rows)
 
     def debug_worker(self, command: str, arg: object) -> None:
         """Test hook: make every worker raise ("fail", message) or sleep ("hang", seconds)."""
@@ -336,11 +271,12 @@ def _watch_parent(parent_pid: int) -> None:
             os._exit(1)
 
 
-def _worker_main(rank: int, spec: WorkerSpec, init_method: str, errors, parent_pid: int) -> None:
+def _worker_main(rank: int, config: EngineConfig, init_method: str, errors,
+                 parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     try:
-        _serve(rank, spec, init_method, errors)
+        _serve(rank, config, init_method, errors)
     except BaseException:
         errors.put(("error", rank, traceback.format_exc()))
         errors.close()
@@ -349,21 +285,18 @@ def _worker_main(rank: int, spec: WorkerSpec, init_method: str, errors, parent_p
 
 
 @torch.inference_mode()
-def _serve(rank: int, spec: WorkerSpec, init_method: str, errors) -> None:
-    torch.set_num_threads(spec.threads)
-    device = torch.device("cuda", rank) if spec.device_type == "cuda" else torch.device("cpu")
+def _serve(rank: int, config: EngineConfig, init_method: str, errors) -> None:
+    """Rank `rank`: its shard and its runner, built from the same EngineConfig as rank 0's;
+    then every step rank 0 broadcasts, run with the same `compute`."""
+    torch.set_num_threads(config.threads_per_rank)
+    device = torch.device("cuda", rank) if config.device.type == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    with tensor_parallel(rank, spec.size):
-        model = Qwen3ForCausalLM.from_pretrained(spec.folder, spec.dtype, device,
-                                                 max_positions=spec.max_model_len)
-    hq, hkv = model.num_local_heads
-    kv_cache = KVCache(model.cfg, spec.num_pages, spec.page_size, spec.dtype, device,
-                       num_kv_heads=hkv)
-    backend = BACKENDS[spec.backend_name](kv_cache, hq, spec.dtype)
+    runner = ModelRunner(config, load_shard(config, rank, device), device)
     errors.put(("ready", rank, ""))
-    dist.init_process_group(_pg_backend(spec.device_type), init_method=init_method, rank=rank,
-                            world_size=spec.size, timeout=datetime.timedelta(seconds=timeout_s()))
+    dist.init_process_group(_pg_backend(device.type), init_method=init_method, rank=rank,
+                            world_size=config.tensor_parallel_size,
+                            timeout=datetime.timedelta(seconds=timeout_s()))
     control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
     while True:
         box: list[object] = [None]
@@ -373,12 +306,9 @@ def _serve(rank: int, spec: WorkerSpec, init_method: str, errors) -> None:
             break
         if command == "step":
             ids, page_tables, kv_lens, q_lens, rows = args
-            metadata = build_metadata(page_tables, kv_lens, q_lens, spec.page_size, device)
-            backend.plan(metadata)
-            hidden = model(torch.tensor(ids, dtype=torch.int64, device=device),
-                           metadata.positions, backend)
-            if rows:
-                model.compute_logits(hidden[rows])  # this rank's slice goes to rank 0
+            metadata = build_metadata(page_tables, kv_lens, q_lens, config.page_size, device)
+            # this rank's slice of the logits goes to rank 0
+            runner.compute(torch.tensor(ids, dtype=torch.int64, device=device), metadata, rows)
         elif command == "fail":
             raise RuntimeError(args[0])
         elif command == "hang":

@@ -1,9 +1,11 @@
-"""ModelRunner: one scheduled batch in, one sampled token per finishing row out.
+"""ModelRunner: one rank's shard of the model over its paged cache; rank 0 also samples.
 
 It owns what lives on the device: the model, the KV cache, the attention backend, the sampler
-and (on CUDA) the decode graphs. Per step: pack the batch's new tokens, build the attention
-metadata once, plan the backend, run the model, compute logits only for the rows that are
-sampled, sample.
+and (on CUDA) the decode graphs, all built from the engine's one EngineConfig. Per step: pack
+the batch's new tokens, build the attention metadata once, plan the backend, run the model,
+compute logits only for the rows that are sampled, sample. With tensor parallelism every rank
+runs the same `compute`; rank 0's runner tells the others what to run first (`broadcast`, a
+no-op with one rank: see engine/parallel.py).
 """
 
 from __future__ import annotations
@@ -12,30 +14,40 @@ import torch
 
 from minimodel.config import Qwen3Config
 from minimodel.engine.attention import BACKENDS, AttentionMetadata, build_metadata
+from minimodel.engine.config import EngineConfig
 from minimodel.engine.cuda_graph import CUDAGraphRunner
 from minimodel.engine.kv_cache import KVCache
 from minimodel.engine.model import Qwen3ForCausalLM
 from minimodel.engine.scheduler import ScheduledBatch
+from minimodel.layers import tensor_parallel
 from minimodel.sampling import Sampler
+
+
+def load_shard(config: EngineConfig, rank: int, device: torch.device) -> Qwen3ForCausalLM:
+    """Rank `rank`'s shards of every layer (the whole model with one rank), on `device`."""
+    with tensor_parallel(rank, config.tensor_parallel_size):
+        return Qwen3ForCausalLM.from_pretrained(config.folder, config.dtype, device,
+                                                max_positions=config.max_model_len)
 
 
 class ModelRunner:
     """Runs the packed model over the paged cache and samples."""
 
-    def __init__(
-        self,
-        model: Qwen3ForCausalLM,
-        kv_cache: KVCache,
-        backend_name: str,
-        dtype: torch.dtype,
-    ) -> None:
+    def __init__(self, config: EngineConfig, model: Qwen3ForCausalLM,
+                 device: torch.device | None = None) -> None:
+        assert config.num_pages is not None, "size the pool first: EngineConfig.with_pool()"
+        self.config = config
         self.model = model
         self.cfg: Qwen3Config = model.cfg
-        self.kv_cache = kv_cache
-        self.device = kv_cache.pools[0].device
-        num_heads, _ = model.num_local_heads  # all of them with one rank
-        self.backend = BACKENDS[backend_name](kv_cache, num_heads, dtype)
+        self.device = config.device if device is None else device
+        num_heads, num_kv_heads = model.num_local_heads  # all of them with one rank
+        # the pool holds the requests' pages and the reserved ones (a graph's padding page)
+        self.kv_cache = KVCache(self.cfg, config.num_pages + config.reserved_pages,
+                                config.page_size, config.dtype, self.device,
+                                num_kv_heads=num_kv_heads)
+        self.backend = BACKENDS[config.attention_backend](self.kv_cache, num_heads, config.dtype)
         self.sampler = Sampler(self.device)
+        self.sampler.eos_token_ids = set(config.eos_token_ids)  # min_tokens holds them back
         self.graphs = None  # a CUDAGraphRunner once `capture_cuda_graphs` ran
         # Can this LLM still serve? `llm.runner.closed` is None while it can, else why not.
         # One process never closes; the tensor-parallel runner (engine/parallel.py) does when
@@ -45,10 +57,12 @@ class ModelRunner:
     def close(self) -> None:
         """Nothing to release with one process (see engine/parallel.py for N)."""
 
-    def capture_cuda_graphs(self, max_batch_size: int, padding_page: int) -> None:
-        """Capture decode graphs (CUDA + flashinfer backend only)."""
+    def capture_cuda_graphs(self) -> None:
+        """Capture decode graphs (CUDA + flashinfer backend only), padding with the page
+        after the requests' pages."""
         with torch.inference_mode():
-            self.graphs = CUDAGraphRunner(self.model, self.backend, max_batch_size, padding_page)
+            self.graphs = CUDAGraphRunner(self.model, self.backend, self.config.max_num_seqs,
+                                          self.config.num_pages)
 
     def prepare(self, batch: ScheduledBatch) -> tuple[torch.Tensor, AttentionMetadata]:
         """The batch's new token ids, packed [N], and its attention metadata."""
@@ -73,15 +87,28 @@ class ModelRunner:
         return self.model(input_ids, metadata.positions, self.backend)
 
     @torch.inference_mode()
+    def compute(self, input_ids: torch.Tensor, metadata: AttentionMetadata,
+                rows: list[int]) -> torch.Tensor | None:
+        """The forward pass, then the logits [b, V] of the packed `rows` (None if none); the
+        same on every rank (the LM head gathers the vocabulary slices on rank 0)."""
+        hidden = self.forward(input_ids, metadata)  # [N, C]
+        return self.model.compute_logits(hidden[rows]) if rows else None
+
+    def broadcast(self, input_ids: torch.Tensor, batch: ScheduledBatch,
+                  metadata: AttentionMetadata, rows: list[int]) -> None:
+        """Tell the other ranks what this step runs: nothing to tell with one rank."""
+
+    @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> tuple[list[int], list[float]]:
         """Run one step -> (token, logprob) for each request in batch.sample_mask."""
         input_ids, metadata = self.prepare(batch)
-        hidden = self.forward(input_ids, metadata)  # [N, C]
         sampled = [i for i, s in enumerate(batch.sample_mask) if s]
-        if not sampled:
+        # each sampled request's last new token, a row of the packed batch
+        rows = (metadata.qo_indptr[1:].long() - 1)[sampled].tolist()
+        self.broadcast(input_ids, batch, metadata, rows)
+        logits = self.compute(input_ids, metadata, rows)  # [b, V]
+        if logits is None:
             return [], []
-        last_rows = metadata.qo_indptr[1:].long() - 1  # [B]: each request's last new token
-        logits = self.model.compute_logits(hidden[last_rows[sampled]])  # [b, V]
         seqs = [batch.seqs[i] for i in sampled]
         tokens, logprobs = self.sampler(
             logits, [s.params for s in seqs], [s.generator for s in seqs]
