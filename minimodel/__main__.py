@@ -170,7 +170,7 @@ def info_rows() -> list[tuple[str, str]]:
     import torch
 
     import minimodel
-    from minimodel.engine.attention import backend_report
+    from minimodel.engine.flashinfer_env import backend_report
     from minimodel.home import minimodel_home
 
     rows = [

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from minimodel.engine import attention, cuda_graph
+from minimodel.engine import attention, cuda_graph, flashinfer_env
 from minimodel.engine.attention import TorchBackend, build_metadata
 from minimodel.engine.kv_cache import KVCache
 
@@ -451,7 +451,7 @@ def install_flashinfer_standin(monkeypatch: pytest.MonkeyPatch,
     REGISTRY.dtypes = KERNEL_DTYPES + ((torch.float32,) if float32 else ())
     monkeypatch.setattr(flashinfer, "BatchPrefillWithPagedKVCacheWrapper", StandInPrefill)
     monkeypatch.setattr(flashinfer, "BatchDecodeWithPagedKVCacheWrapper", StandInDecode)
-    monkeypatch.setattr(attention, "flashinfer_status",
+    monkeypatch.setattr(flashinfer_env, "flashinfer_status",
                         lambda device: (True, "flashinfer stand-in (tests/flashinfer_standin.py)"))
     if float32:
         monkeypatch.setattr(attention, "FLASHINFER_DTYPES", KERNEL_DTYPES + (torch.float32,))

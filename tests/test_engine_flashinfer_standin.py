@@ -26,10 +26,10 @@ from flashinfer_standin import (
 )
 
 import minimodel as mm
-from minimodel.engine import LLM, FlashInferBackend, KVCache, build_metadata
-from minimodel.engine import attention as attention_module
-from minimodel.engine.attention import decode_uses_tensor_cores, select_backend
+from minimodel.engine import LLM, FlashInferBackend, KVCache, build_metadata, flashinfer_env
+from minimodel.engine.attention import decode_uses_tensor_cores
 from minimodel.engine.cuda_graph import CUDAGraphRunner
+from minimodel.engine.flashinfer_env import select_backend
 
 # head_dim 64: a head dim FlashInfer has kernels for, so the stand-in's kernel limits hold.
 MODEL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, head_dim=64,
@@ -291,8 +291,8 @@ def test_no_compiler_means_no_flashinfer(monkeypatch, tmp_path):
     monkeypatch.setattr(jit_env, "FLASHINFER_AOT_DIR", tmp_path / "no-aot")
     monkeypatch.delenv("FLASHINFER_NVCC", raising=False)
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))  # a CUDA_HOME without bin/nvcc
-    monkeypatch.setattr(attention_module.shutil, "which", lambda name: None)
-    ok, why = attention_module.flashinfer_status("cuda")
+    monkeypatch.setattr(flashinfer_env.shutil, "which", lambda name: None)
+    ok, why = flashinfer_env.flashinfer_status("cuda")
     assert not ok and "finds no nvcc or ninja" in why
     name, reason = select_backend("auto", "cuda", torch.bfloat16, 128)
     assert name == "torch" and "nvcc" in reason
@@ -301,12 +301,12 @@ def test_no_compiler_means_no_flashinfer(monkeypatch, tmp_path):
 
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "nvcc").write_text("")
-    monkeypatch.setattr(attention_module.shutil, "which",
+    monkeypatch.setattr(flashinfer_env.shutil, "which",
                         lambda name: f"/usr/bin/{name}" if name == "ninja" else None)
-    assert attention_module.flashinfer_status("cuda")[0]
+    assert flashinfer_env.flashinfer_status("cuda")[0]
     monkeypatch.setattr(jit_env, "has_flashinfer_jit_cache", lambda: True)
-    monkeypatch.setattr(attention_module.shutil, "which", lambda name: None)
-    assert attention_module.flashinfer_status("cuda")[0]  # prebuilt kernels need no compiler
+    monkeypatch.setattr(flashinfer_env.shutil, "which", lambda name: None)
+    assert flashinfer_env.flashinfer_status("cuda")[0]  # prebuilt kernels need no compiler
 
 
 def test_cuda_index_becomes_the_current_device(small_checkpoint, monkeypatch):

@@ -19,7 +19,7 @@ from test_engine_attention import STEPS, check_backend
 
 import minimodel as mm
 from minimodel.engine import LLM, FlashInferBackend, KVCache, TorchBackend, build_metadata
-from minimodel.engine.attention import flashinfer_status
+from minimodel.engine.flashinfer_env import flashinfer_status
 
 FLASHINFER_OK, WHY = flashinfer_status("cuda")
 pytestmark = [

@@ -5,6 +5,7 @@ Modules, one idea each:
     model.py        Qwen3 on the packed [N, C] layout (merged projections, fused norms)
     kv_cache.py     the page pool per layer and the page allocator
     attention.py    per-step attention metadata and the torch / flashinfer backends
+    flashinfer_env.py  can FlashInfer run here (CUDA, kernels, compiler)? the backend choice
     sequence.py     one request inside the engine
     scheduler.py    continuous batching: admission, chunked prefill, decode, preemption
     runner.py       one scheduled batch -> model forward -> sampled tokens (one rank's shard)
@@ -18,10 +19,10 @@ from minimodel.engine.attention import (
     AttentionMetadata,
     FlashInferBackend,
     TorchBackend,
-    backend_report,
     build_metadata,
 )
 from minimodel.engine.config import EngineConfig
+from minimodel.engine.flashinfer_env import backend_report
 from minimodel.engine.kv_cache import KVCache, PageAllocator
 from minimodel.engine.llm import (
     LLM,

@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 
 from minimodel.config import Qwen3Config, eos_token_ids
 from minimodel.engine import cuda_graph
-from minimodel.engine.attention import select_backend
+from minimodel.engine.flashinfer_env import select_backend
 from minimodel.engine.kv_cache import KVCache, pages_needed
 from minimodel.hub import resolve_model
 from minimodel.layers import TPConfigError, check_tensor_parallel_size
