@@ -38,10 +38,16 @@ from sse_starlette import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
-from minimodel.bpe import bytes_to_unicode
-from minimodel.engine.detokenizer import IncrementalDetokenizer, TextStream
+from minimodel.engine.detokenizer import TextStream
 from minimodel.engine.llm import RequestOutput
 from minimodel.sampling import SamplingParams
+from minimodel.serve.answers import (
+    Kind,
+    chat_logprobs,
+    choice_text,
+    completion_logprobs,
+    usage_body,
+)
 from minimodel.serve.engine_loop import (
     EngineLoop,
     EngineStopped,
@@ -67,7 +73,7 @@ from minimodel.serve.protocol import (
     sampling_params,
     wants_logprobs,
 )
-from minimodel.serve.reasoning import ReasoningSplit, prompt_opens_think, split_reasoning
+from minimodel.serve.reasoning import ReasoningSplit, prompt_opens_think
 from minimodel.tokenizer import DEFAULT_ENABLE_THINKING, Tokenizer, load_tokenizer
 
 log = logging.getLogger("minimodel.serve")
@@ -77,7 +83,6 @@ MAX_BODY_BYTES = 32 << 20  # a larger body is refused (413) before it is read
 BODY_TIMEOUT_S = 30.0  # a body must arrive within this (408)
 SHUTDOWN_GRACE_S = 5.0  # open streams get this long to send their last events at shutdown
 REASONING_PARSERS = ("qwen3",)  # --reasoning-parser: Qwen3's <think> block -> reasoning_content
-_BYTE_OF = {char: byte for byte, char in bytes_to_unicode().items()}
 
 
 def _server_error(err: Exception) -> JSONResponse:
@@ -108,64 +113,6 @@ class _AnswerErrors(APIRoute):
                 return _server_error(err)
 
         return answer
-
-
-def _choice_text(tokenizer: Tokenizer, params: SamplingParams) -> TextStream:
-    """One choice's text as its tokens arrive, decoded as the engine decodes it (special tokens
-    skipped unless asked otherwise); `finish` takes the engine's final `RequestOutput.text`."""
-    return TextStream(IncrementalDetokenizer(tokenizer, params.skip_special_tokens), params.stop)
-
-
-def _token_texts(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
-    return [tokenizer.decode([i]) for i in ids]
-
-
-def completion_logprobs(tokenizer: Tokenizer, ids: list[int], logprobs: list[float],
-                        offset: int = 0, top: list | None = None,
-                        n: int = 0) -> dict[str, Any]:
-    """The `logprobs` object of a completion choice.
-
-    top_logprobs: per token, {text: logprob} of the n most likely tokens (with n > 0; else
-    null). text_offset counts characters from the start of the choice's text.
-    """
-    texts = _token_texts(tokenizer, ids)
-    offsets = []
-    for text in texts:
-        offsets.append(offset)
-        offset += len(text)
-    alternatives = None
-    if n and top is not None:
-        alternatives = [{tokenizer.decode([i]): lp for i, lp in step[:n]} for step in top]
-    return {"tokens": texts, "token_logprobs": logprobs, "top_logprobs": alternatives,
-            "text_offset": offsets}
-
-
-def token_bytes(tokenizer: Tokenizer, token_id: int, text: str) -> list[int]:
-    """The UTF-8 bytes one token stands for, also when it ends inside a character (its text
-    then shows U+FFFD): read from the byte-level token string, one character per byte."""
-    if "\ufffd" not in text:
-        return list(text.encode("utf-8"))
-    piece = tokenizer.id_to_token(token_id) or ""
-    if all(char in _BYTE_OF for char in piece):
-        return [_BYTE_OF[char] for char in piece]
-    return list(text.encode("utf-8"))
-
-
-def chat_logprobs(tokenizer: Tokenizer, ids: list[int], logprobs: list[float],
-                  top: list | None = None, n: int = 0) -> dict[str, Any]:
-    """The `logprobs` object of a chat choice, in OpenAI's shape: each token's text, its
-    log-probability, its UTF-8 bytes (a piece of a character has its own bytes) and the n
-    most likely tokens in the same shape."""
-
-    def entry(token_id: int, lp: float) -> dict[str, Any]:
-        text = tokenizer.decode([token_id])
-        return {"token": text, "logprob": lp, "bytes": token_bytes(tokenizer, token_id, text)}
-
-    content = []
-    for step, (i, lp) in enumerate(zip(ids, logprobs, strict=True)):
-        alternatives = (top[step][:n] if n and top is not None else [])
-        content.append({**entry(i, lp), "top_logprobs": [entry(t, a) for t, a in alternatives]})
-    return {"content": content}
 
 
 class _EventStream(EventSourceResponse):
@@ -206,40 +153,6 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None
         if not task.done():
             task.cancel()
     return task.result() if task.done() and not task.cancelled() else None
-
-
-class _Kind:
-    """What differs between /v1/completions and /v1/chat/completions in the answer."""
-
-    def __init__(self, chat: bool, thinking: bool | None = None, opened: bool = False) -> None:
-        self.chat = chat
-        # None: no reasoning parser, the whole text is content; else whether thinking is on
-        self.thinking = thinking
-        self.opened = opened  # the prompt ends inside an open think block
-        self.object = "chat.completion" if chat else "text_completion"
-        self.chunk_object = "chat.completion.chunk" if chat else "text_completion"
-        self.id_prefix = "chatcmpl-" if chat else "cmpl-"
-
-    def choice(self, index: int, text: str, logprobs: Any, finish: str | None) -> dict:
-        if self.chat:
-            message: dict[str, Any] = {"role": "assistant", "content": text}
-            if self.thinking is not None:
-                reasoning, message["content"] = split_reasoning(text, self.thinking, self.opened)
-                message["reasoning_content"] = reasoning
-            return {"index": index, "message": message, "logprobs": logprobs,
-                    "finish_reason": finish}
-        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
-
-    def chunk_choice(self, index: int, text: str | None, logprobs: Any,
-                     finish: str | None, role: bool = False, reasoning: str = "") -> dict:
-        if self.chat:
-            delta: dict[str, str] = {"role": "assistant"} if role else {}
-            if reasoning:
-                delta["reasoning_content"] = reasoning
-            if text is not None and (text or not reasoning):
-                delta["content"] = text
-            return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-        return {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
 
 
 def _longest_token_bytes(tokenizer: Tokenizer) -> int:
@@ -483,7 +396,7 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None,
         echoed = ([t if isinstance(t, str) else tokenizer.decode(ids)
                    for t, ids in zip(texts, prompts, strict=True) for _ in range(req.n)]
                   if req.echo else None)
-        return await _answer(request, engine, tokenizer, _Kind(chat=False), req, requests,
+        return await _answer(request, engine, tokenizer, Kind(chat=False), req, requests,
                              prompts, model_name, "prompt", echoed)
 
     @app.post("/v1/chat/completions", dependencies=[Depends(check_api_key)])
@@ -497,7 +410,7 @@ def create_app(engine: EngineLoop, model_name: str, api_key: str | None = None,
         requests = [(ids, sampling_params(req, context_left(ids), j)) for j in range(req.n)]
         check_context(requests)
         opened = prompt_opens_think(tokenizer.decode(ids[-4:]))
-        kind = _Kind(chat=True, thinking=thinking if reasoning_parser else None, opened=opened)
+        kind = Kind(chat=True, thinking=thinking if reasoning_parser else None, opened=opened)
         return await _answer(request, engine, tokenizer, kind, req, requests,
                              [ids], model_name, "messages")
 
@@ -525,7 +438,7 @@ def _completion_prompts(prompts: list[str | list[int]], tokenizer: Tokenizer) ->
     return out
 
 
-async def _answer(request: Request, engine: EngineLoop, tokenizer: Tokenizer, kind: _Kind,
+async def _answer(request: Request, engine: EngineLoop, tokenizer: Tokenizer, kind: Kind,
                   req: CompletionRequest | ChatCompletionRequest,
                   requests: list[tuple[list[int], SamplingParams]], prompts: list[list[int]],
                   model_name: str, prompt_param: str,
@@ -548,7 +461,7 @@ async def _answer(request: Request, engine: EngineLoop, tokenizer: Tokenizer, ki
     prompt_tokens = sum(len(p) for p in prompts)
     if req.stream:
         usage = bool(req.stream_options and req.stream_options.include_usage)
-        texts = [_choice_text(tokenizer, params) for _, params in requests]
+        texts = [choice_text(tokenizer, params) for _, params in requests]
         events = _events(job, kind, meta, texts, tokenizer, logprobs, num_alternatives(req),
                          prompt_tokens, usage, echoed)
         return _EventStream(events, job)
@@ -570,12 +483,7 @@ async def _answer(request: Request, engine: EngineLoop, tokenizer: Tokenizer, ki
         choices.append(kind.choice(i, text, lp, out.finish_reason))
     completion_tokens = sum(len(o.token_ids) for o in outputs)
     return JSONResponse({**meta, "object": kind.object, "choices": choices,
-                         "usage": _usage(prompt_tokens, completion_tokens)})
-
-
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+                         "usage": usage_body(prompt_tokens, completion_tokens)})
 
 
 def _update_error(update: Update) -> APIError:
@@ -595,7 +503,7 @@ async def _collect(job: Job, n: int) -> list[RequestOutput]:
     return outputs  # type: ignore[return-value]
 
 
-async def _events(job: Job, kind: _Kind, meta: dict, texts: list[TextStream],
+async def _events(job: Job, kind: Kind, meta: dict, texts: list[TextStream],
                   tokenizer: Tokenizer, logprobs: bool, alternatives: int, prompt_tokens: int,
                   include_usage: bool,
                   echoed: list[str] | None = None) -> AsyncIterator[dict[str, str]]:
@@ -645,7 +553,7 @@ async def _events(job: Job, kind: _Kind, meta: dict, texts: list[TextStream],
                 continue  # a token that completes no character yet
             yield event([kind.chunk_choice(i, delta, lp, finish, reasoning=reasoning)])
         if include_usage:
-            yield event([], _usage(prompt_tokens, completion_tokens))
+            yield event([], usage_body(prompt_tokens, completion_tokens))
         yield {"data": "[DONE]"}
     finally:
         job.cancel()
