@@ -162,13 +162,13 @@ class Scheduler:
 
     def postprocess(
         self, batch: ScheduledBatch, tokens: list[int], logprobs: list[float]
-    ) -> list[Sequence]:
-        """Advance the cache, append the sampled tokens, finish what must stop.
+    ) -> None:
+        """Advance the cache, append the sampled tokens, finish what must stop (the LLM
+        collects finished requests by their status).
 
         tokens/logprobs hold one entry per request of the batch that was sampled
-        (batch.sample_mask). Returns the requests that finished.
+        (batch.sample_mask).
         """
-        finished = []
         sampled = iter(zip(tokens, logprobs, strict=True))
         for seq, q_len, sample in zip(batch.seqs, batch.q_lens, batch.sample_mask, strict=True):
             seq.num_cached_tokens += q_len
@@ -179,8 +179,6 @@ class Scheduler:
             reason = seq.stop_reason(self.eos_token_ids, self.max_model_len)
             if reason is not None:
                 self.finish(seq, reason)
-                finished.append(seq)
-        return finished
 
     def abort(self, seq: Sequence) -> None:
         """End an unfinished request now, wherever it is (waiting, mid-prefill, running):
