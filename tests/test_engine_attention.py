@@ -14,7 +14,7 @@ from checkpoints import CONFIGS
 
 import minimodel as mm
 from minimodel.engine import KVCache, PageAllocator, TorchBackend, build_metadata
-from minimodel.engine.model import Qwen3ForCausalLM
+from minimodel.engine.model import PackedQwen3ForCausalLM
 
 
 def test_build_metadata_by_hand():
@@ -150,7 +150,7 @@ def test_chunk_invariance_and_reference_logits(small_checkpoint, name):
     """Logits of every prompt position: one prefill step == the same prompt split over steps
     of 5, 1, 13, ... tokens == the reference model."""
     folder = small_checkpoint(**CONFIGS[name])
-    model = Qwen3ForCausalLM.from_pretrained(folder, torch.float32, "cpu")
+    model = PackedQwen3ForCausalLM.from_pretrained(folder, torch.float32, "cpu")
     ref = mm.reference.Qwen3ForCausalLM.from_pretrained(folder, dtype=torch.float32)
     ids = torch.randint(0, 512, (41,), generator=torch.Generator().manual_seed(2))
 

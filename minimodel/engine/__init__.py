@@ -32,7 +32,7 @@ from minimodel.engine.llm import (
     RequestOutput,
     StepError,
 )
-from minimodel.engine.model import Qwen3ForCausalLM
+from minimodel.engine.model import PackedQwen3ForCausalLM
 from minimodel.engine.scheduler import ScheduledBatch, Scheduler
 from minimodel.engine.sequence import Sequence
 
@@ -45,7 +45,7 @@ __all__ = [
     "KVCache",
     "Logprob",
     "PageAllocator",
-    "Qwen3ForCausalLM",
+    "PackedQwen3ForCausalLM",
     "RequestMetrics",
     "RequestOutput",
     "ScheduledBatch",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from minimodel.engine.attention import AttentionMetadata, FlashInferBackend, build_metadata
-from minimodel.engine.model import Qwen3ForCausalLM
+from minimodel.engine.model import PackedQwen3ForCausalLM
 
 
 def graphs_off_reason(enforce_eager: bool, device: torch.device, backend_name: str) -> str | None:
@@ -43,7 +43,7 @@ class CUDAGraphRunner:
 
     def __init__(
         self,
-        model: Qwen3ForCausalLM,
+        model: PackedQwen3ForCausalLM,
         backend: FlashInferBackend,
         max_batch_size: int,
         padding_page: int,

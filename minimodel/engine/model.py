@@ -136,7 +136,7 @@ class Qwen3Model(nn.Module):
         return x
 
 
-class Qwen3ForCausalLM(nn.Module):
+class PackedQwen3ForCausalLM(nn.Module):
     """The engine's Qwen3: `forward` gives hidden states, `compute_logits` the sampled rows."""
 
     def __init__(self, cfg: Qwen3Config) -> None:
@@ -183,7 +183,7 @@ class Qwen3ForCausalLM(nn.Module):
         dtype: torch.dtype,
         device: torch.device | str,
         max_positions: int | None = None,
-    ) -> Qwen3ForCausalLM:
+    ) -> PackedQwen3ForCausalLM:
         """Load a checkpoint folder, merging q/k/v and gate/up as weights.PACKED_MODULES says."""
         model = build_model(cls, folder, dtype, device)
         model.build_rope_tables(max_positions or model.cfg.max_position_embeddings)

@@ -48,7 +48,7 @@ import torch.multiprocessing as mp
 
 from minimodel.engine.attention import AttentionMetadata, build_metadata
 from minimodel.engine.config import GUARD_HINT, EngineConfig, refuse_inside_a_worker
-from minimodel.engine.model import Qwen3ForCausalLM
+from minimodel.engine.model import PackedQwen3ForCausalLM
 from minimodel.engine.runner import ModelRunner, load_shard
 from minimodel.engine.scheduler import ScheduledBatch
 
@@ -94,7 +94,7 @@ class ParallelRunner(ModelRunner):
     """ModelRunner of rank 0: also starts, drives and stops ranks 1..N-1, and before each
     step's forward tells them what it runs (`broadcast`)."""
 
-    def __init__(self, config: EngineConfig, model: Qwen3ForCausalLM) -> None:
+    def __init__(self, config: EngineConfig, model: PackedQwen3ForCausalLM) -> None:
         refuse_inside_a_worker()
         super().__init__(config, model)
         for other in list(_OPEN):

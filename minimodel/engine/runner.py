@@ -17,23 +17,23 @@ from minimodel.engine.attention import BACKENDS, AttentionMetadata, build_metada
 from minimodel.engine.config import EngineConfig
 from minimodel.engine.cuda_graph import CUDAGraphRunner
 from minimodel.engine.kv_cache import KVCache
-from minimodel.engine.model import Qwen3ForCausalLM
+from minimodel.engine.model import PackedQwen3ForCausalLM
 from minimodel.engine.scheduler import ScheduledBatch
 from minimodel.layers import tensor_parallel
 from minimodel.sampling import Sampler
 
 
-def load_shard(config: EngineConfig, rank: int, device: torch.device) -> Qwen3ForCausalLM:
+def load_shard(config: EngineConfig, rank: int, device: torch.device) -> PackedQwen3ForCausalLM:
     """Rank `rank`'s shards of every layer (the whole model with one rank), on `device`."""
     with tensor_parallel(rank, config.tensor_parallel_size):
-        return Qwen3ForCausalLM.from_pretrained(config.folder, config.dtype, device,
+        return PackedQwen3ForCausalLM.from_pretrained(config.folder, config.dtype, device,
                                                 max_positions=config.max_model_len)
 
 
 class ModelRunner:
     """Runs the packed model over the paged cache and samples."""
 
-    def __init__(self, config: EngineConfig, model: Qwen3ForCausalLM,
+    def __init__(self, config: EngineConfig, model: PackedQwen3ForCausalLM,
                  device: torch.device | None = None) -> None:
         assert config.num_pages is not None, "size the pool first: EngineConfig.with_pool()"
         self.config = config
