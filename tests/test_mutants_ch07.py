@@ -63,20 +63,20 @@ def test_kv_bytes_mutants(name):
 # --- ch07.paged_metadata --------------------------------------------------------------------------
 
 
-def md_solution(seq_lens, pages, page_size):
-    counts = [-(-n // page_size) for n in seq_lens]
-    kv_indptr = torch.zeros(len(seq_lens) + 1, dtype=torch.int32)
+def md_solution(kv_lens, pages, page_size):
+    counts = [-(-n // page_size) for n in kv_lens]
+    kv_indptr = torch.zeros(len(kv_lens) + 1, dtype=torch.int32)
     kv_indptr[1:] = torch.tensor(counts).cumsum(0)
     kv_indices = torch.tensor([p for own, c in zip(pages, counts) for p in own[:c]],
                               dtype=torch.int32)
-    kv_last_page_len = torch.tensor([n - (c - 1) * page_size for n, c in zip(seq_lens, counts)],
+    kv_last_page_len = torch.tensor([n - (c - 1) * page_size for n, c in zip(kv_lens, counts)],
                                     dtype=torch.int32)
     return kv_indptr, kv_indices, kv_last_page_len
 
 
-def md_loop(seq_lens, pages, page_size):
+def md_loop(kv_lens, pages, page_size):
     indptr, indices, last = [0], [], []
-    for n, own in zip(seq_lens, pages):
+    for n, own in zip(kv_lens, pages):
         used = math.ceil(n / page_size)
         indices.extend(own[:used])
         indptr.append(indptr[-1] + used)
@@ -85,8 +85,8 @@ def md_loop(seq_lens, pages, page_size):
             torch.tensor(last, dtype=torch.int32))
 
 
-def md_vectorised(seq_lens, pages, page_size):
-    lens = torch.tensor(seq_lens)
+def md_vectorised(kv_lens, pages, page_size):
+    lens = torch.tensor(kv_lens)
     counts = (lens + page_size - 1) // page_size
     indptr = F.pad(counts.cumsum(0), (1, 0)).int()
     indices = torch.cat([torch.tensor(p[:c], dtype=torch.int64)
@@ -95,16 +95,16 @@ def md_vectorised(seq_lens, pages, page_size):
     return indptr, indices, last
 
 
-def md_engine(seq_lens, pages, page_size):
+def md_engine(kv_lens, pages, page_size):
     """The engine's own builder (q_lens do not matter for the kv arrays)."""
-    md = build_metadata(pages, seq_lens, seq_lens, page_size)
+    md = build_metadata(pages, kv_lens, kv_lens, page_size)
     return md.kv_indptr, md.kv_indices, md.kv_last_page_len
 
 
 def _md_mutant(counts="ceil", cumulative=True, last="ok", dtype=torch.int32, all_pages=False,
                leading_zero=True, order="ok"):
-    def fn(seq_lens, pages, page_size):
-        c = [(-(-n // page_size) if counts == "ceil" else n // page_size) for n in seq_lens]
+    def fn(kv_lens, pages, page_size):
+        c = [(-(-n // page_size) if counts == "ceil" else n // page_size) for n in kv_lens]
         if all_pages:
             c = [len(p) for p in pages]
         running = list(torch.tensor(c).cumsum(0).tolist()) if cumulative else c
@@ -116,23 +116,23 @@ def _md_mutant(counts="ceil", cumulative=True, last="ok", dtype=torch.int32, all
             listed = [x[::-1] for x in listed]
         indices = [p for x in listed for p in x]
         if last == "mod":
-            lp = [n % page_size for n in seq_lens]
+            lp = [n % page_size for n in kv_lens]
         elif last == "plus_one":
-            lp = [n % page_size + 1 for n in seq_lens]
+            lp = [n % page_size + 1 for n in kv_lens]
         elif last == "full":
-            lp = [page_size] * len(seq_lens)
+            lp = [page_size] * len(kv_lens)
         else:
-            lp = [(n - 1) % page_size + 1 for n in seq_lens]
+            lp = [(n - 1) % page_size + 1 for n in kv_lens]
         return (torch.tensor(indptr, dtype=dtype), torch.tensor(indices, dtype=dtype),
                 torch.tensor(lp, dtype=dtype))
 
     return fn
 
 
-def md_mutates_pages(seq_lens, pages, page_size):
-    for own, n in zip(pages, seq_lens):
+def md_mutates_pages(kv_lens, pages, page_size):
+    for own, n in zip(pages, kv_lens):
         del own[-(-n // page_size):]  # "drop the spare pages" in place
-    return md_solution(seq_lens, pages, page_size)
+    return md_solution(kv_lens, pages, page_size)
 
 
 MD_MUTANTS = {
@@ -173,31 +173,31 @@ def test_paged_metadata_hints():
 # --- ch07.slot_mapping ----------------------------------------------------------------------------
 
 
-def slots_solution(seq_lens, q_lens, pages, page_size):
+def slots_solution(kv_lens, q_lens, pages, page_size):
     slots = []
-    for n, q, own in zip(seq_lens, q_lens, pages):
+    for n, q, own in zip(kv_lens, q_lens, pages):
         for pos in range(n - q, n):
             slots.append(own[pos // page_size] * page_size + pos % page_size)
     return torch.tensor(slots, dtype=torch.long)
 
 
-def slots_vectorised(seq_lens, q_lens, pages, page_size):
+def slots_vectorised(kv_lens, q_lens, pages, page_size):
     out = []
-    for n, q, own in zip(seq_lens, q_lens, pages):
+    for n, q, own in zip(kv_lens, q_lens, pages):
         pos = torch.arange(n - q, n)
         table = torch.tensor(own)
         out.append(table[pos // page_size] * page_size + pos % page_size)
     return torch.cat(out)
 
 
-def slots_engine(seq_lens, q_lens, pages, page_size):
-    return build_metadata(pages, seq_lens, q_lens, page_size).slot_mapping
+def slots_engine(kv_lens, q_lens, pages, page_size):
+    return build_metadata(pages, kv_lens, q_lens, page_size).slot_mapping
 
 
 def _slots_mutant(start="ok", multiply=True, swap=False, dtype=torch.long):
-    def fn(seq_lens, q_lens, pages, page_size):
+    def fn(kv_lens, q_lens, pages, page_size):
         slots = []
-        for n, q, own in zip(seq_lens, q_lens, pages):
+        for n, q, own in zip(kv_lens, q_lens, pages):
             first = {"ok": n - q, "zero": 0, "n": n - q + 1}[start]
             for pos in range(first, first + q):
                 page, offset = (pos % page_size, pos // page_size) if swap else (

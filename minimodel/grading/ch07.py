@@ -129,23 +129,23 @@ _PAGE_SIZES = (1, 3, 16)
 
 
 def _random_batch(page_size: int, extra_pages: bool) -> tuple[list[int], list[list[int]]]:
-    """A random batch: seq_lens (>= 1, some exact multiples of page_size) and, for each request,
+    """A random batch: kv_lens (>= 1, some exact multiples of page_size) and, for each request,
     distinct page ids from a shuffled pool: the pages it needs, plus 0-2 more when extra_pages."""
     B = int(torch.randint(1, 6, ()))
-    seq_lens = []
+    kv_lens = []
     for _ in range(B):
         n = int(torch.randint(1, 4 * page_size + 6, ()))
         if torch.rand(()) < 0.3:  # a full last page
             n = page_size * int(torch.randint(1, 4, ()))
-        seq_lens.append(n)
+        kv_lens.append(n)
     owned = [-(-n // page_size) + (int(torch.randint(0, 3, ())) if extra_pages else 0)
-             for n in seq_lens]
+             for n in kv_lens]
     pool = torch.randperm(sum(owned) + 7).tolist()
     pages, start = [], 0
     for n in owned:
         pages.append(pool[start : start + n])
         start += n
-    return seq_lens, pages
+    return kv_lens, pages
 
 
 def _batches(extra_pages: bool, per_size: int = 6) -> list[tuple[list[int], list[list[int]], int]]:
@@ -163,20 +163,20 @@ def _copy_pages(pages: list[list[int]]) -> list[list[int]]:
 
 
 def _expected_metadata(
-    seq_lens: list[int], pages: list[list[int]], page_size: int
+    kv_lens: list[int], pages: list[list[int]], page_size: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The engine's own builder; q_lens do not change the kv side, so the batch is a prefill."""
-    md = build_metadata(_copy_pages(pages), seq_lens, seq_lens, page_size)
+    md = build_metadata(_copy_pages(pages), kv_lens, kv_lens, page_size)
     return md.kv_indptr, md.kv_indices, md.kv_last_page_len
 
 
 def _call_metadata(
-    fn: Callable, seq_lens: list[int], pages: list[list[int]], page_size: int
+    fn: Callable, kv_lens: list[int], pages: list[list[int]], page_size: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
     """Run the learner's function; check it returns three 1-D tensors and left its input alone."""
-    what = f"paged_metadata(seq_lens={seq_lens}, pages={pages}, page_size={page_size})"
+    what = f"paged_metadata(kv_lens={kv_lens}, pages={pages}, page_size={page_size})"
     before = _copy_pages(pages)
-    out = fn(seq_lens, pages, page_size)
+    out = fn(kv_lens, pages, page_size)
     expect(pages == before, f"{what} changed its `pages` argument; leave the page tables as "
                             "they are (they belong to the requests)")
     expect(isinstance(out, (tuple, list)) and len(out) == 3,
@@ -196,9 +196,9 @@ def _counts(indptr: torch.Tensor) -> list[int]:
 
 @exercise("ch07.paged_metadata", "returns int32 tensors of shapes [B+1], [P], [B]")
 def _md_types(fn: Callable) -> None:
-    for seq_lens, pages, S in _batches(extra_pages=False, per_size=2):
-        indptr, indices, last, what = _call_metadata(fn, seq_lens, pages, S)
-        B, P = len(seq_lens), sum(-(-n // S) for n in seq_lens)
+    for kv_lens, pages, S in _batches(extra_pages=False, per_size=2):
+        indptr, indices, last, what = _call_metadata(fn, kv_lens, pages, S)
+        B, P = len(kv_lens), sum(-(-n // S) for n in kv_lens)
         expect_shape(indptr, (B + 1,), f"{what}: kv_indptr (a 0, then one end per request)")
         expect_shape(indices, (P,), f"{what}: kv_indices (every page the batch reads)")
         expect_shape(last, (B,), f"{what}: kv_last_page_len (one per request)")
@@ -211,9 +211,9 @@ def _md_types(fn: Callable) -> None:
 
 @exercise("ch07.paged_metadata", "kv_indptr is 0, then the running total of pages per request")
 def _md_indptr(fn: Callable) -> None:
-    for seq_lens, pages, S in _batches(extra_pages=False):
-        indptr, _, _, what = _call_metadata(fn, seq_lens, pages, S)
-        want, _, _ = _expected_metadata(seq_lens, pages, S)
+    for kv_lens, pages, S in _batches(extra_pages=False):
+        indptr, _, _, what = _call_metadata(fn, kv_lens, pages, S)
+        want, _, _ = _expected_metadata(kv_lens, pages, S)
         expect_shape(indptr, tuple(want.shape), f"{what}: kv_indptr")
         if torch.equal(indptr.long(), want.long()):
             continue
@@ -225,7 +225,7 @@ def _md_indptr(fn: Callable) -> None:
             hint = (" It holds each request's page count; kv_indptr is cumulative: entry i+1 "
                     "counts the pages of requests 0..i, so that request i's pages are "
                     "kv_indices[kv_indptr[i]:kv_indptr[i+1]].")
-        elif _counts(indptr) == [n // S for n in seq_lens]:
+        elif _counts(indptr) == [n // S for n in kv_lens]:
             hint = (" It counts len // page_size pages, which leaves out a partly filled last "
                     "page; that page holds tokens too.")
         raise CheckFailed(f"{what}: kv_indptr is {indptr.tolist()}, expected {want.tolist()} "
@@ -236,9 +236,9 @@ def _md_indptr(fn: Callable) -> None:
           "the ceil(len / page_size) it needs")
 def _md_indices(fn: Callable) -> None:
     for extra in (False, True):
-        for seq_lens, pages, S in _batches(extra_pages=extra):
-            _, indices, _, what = _call_metadata(fn, seq_lens, pages, S)
-            _, want, _ = _expected_metadata(seq_lens, pages, S)
+        for kv_lens, pages, S in _batches(extra_pages=extra):
+            _, indices, _, what = _call_metadata(fn, kv_lens, pages, S)
+            _, want, _ = _expected_metadata(kv_lens, pages, S)
             if indices.shape == want.shape and torch.equal(indices.long(), want.long()):
                 continue
             hint = ""
@@ -255,13 +255,13 @@ def _md_indices(fn: Callable) -> None:
 @exercise("ch07.paged_metadata", "kv_last_page_len is in 1..page_size (a full page counts "
           "page_size, not 0)")
 def _md_last(fn: Callable) -> None:
-    for seq_lens, pages, S in _batches(extra_pages=True):
-        _, _, last, what = _call_metadata(fn, seq_lens, pages, S)
-        _, _, want = _expected_metadata(seq_lens, pages, S)
+    for kv_lens, pages, S in _batches(extra_pages=True):
+        _, _, last, what = _call_metadata(fn, kv_lens, pages, S)
+        _, _, want = _expected_metadata(kv_lens, pages, S)
         expect_shape(last, tuple(want.shape), f"{what}: kv_last_page_len")
         if torch.equal(last.long(), want.long()):
             continue
-        lens = torch.tensor(seq_lens)
+        lens = torch.tensor(kv_lens)
         hint = ""
         if torch.equal(last.long(), lens % S):
             hint = (" It is len % page_size, which is 0 when the last page is full; a full "
@@ -276,9 +276,9 @@ def _md_last(fn: Callable) -> None:
           "page sizes 1, 3, 16")
 def _md_engine(fn: Callable) -> str:
     batches = _batches(extra_pages=True, per_size=12)
-    for seq_lens, pages, S in batches:
-        got = _call_metadata(fn, seq_lens, pages, S)
-        want = _expected_metadata(seq_lens, pages, S)
+    for kv_lens, pages, S in batches:
+        got = _call_metadata(fn, kv_lens, pages, S)
+        want = _expected_metadata(kv_lens, pages, S)
         names = ("kv_indptr", "kv_indices", "kv_last_page_len")
         for name, g, w in zip(names, got[:3], want, strict=True):
             expect(g.shape == w.shape and torch.equal(g.long(), w.long()),
@@ -290,37 +290,37 @@ def _md_engine(fn: Callable) -> str:
 
 
 def _expected_slots(
-    seq_lens: list[int], q_lens: list[int], pages: list[list[int]], page_size: int
+    kv_lens: list[int], q_lens: list[int], pages: list[list[int]], page_size: int
 ) -> torch.Tensor:
-    return build_metadata(_copy_pages(pages), seq_lens, q_lens, page_size).slot_mapping
+    return build_metadata(_copy_pages(pages), kv_lens, q_lens, page_size).slot_mapping
 
 
 def _step_batches(kind: str, per_size: int = 5):
-    """(seq_lens, q_lens, pages, S): kind 'prefill' (q = len), 'decode' (q = 1) or 'mixed'."""
+    """(kv_lens, q_lens, pages, S): kind 'prefill' (q = len), 'decode' (q = 1) or 'mixed'."""
     out = []
-    for seq_lens, pages, S in _batches(extra_pages=True, per_size=per_size):
+    for kv_lens, pages, S in _batches(extra_pages=True, per_size=per_size):
         if kind == "prefill":
-            q_lens = list(seq_lens)
+            q_lens = list(kv_lens)
         elif kind == "decode":
-            q_lens = [1] * len(seq_lens)
+            q_lens = [1] * len(kv_lens)
         else:
-            q_lens = [int(torch.randint(1, n + 1, ())) for n in seq_lens]
-        out.append((seq_lens, q_lens, pages, S))
+            q_lens = [int(torch.randint(1, n + 1, ())) for n in kv_lens]
+        out.append((kv_lens, q_lens, pages, S))
     return out
 
 
-def _call_slots(fn: Callable, seq_lens, q_lens, pages, S) -> tuple[torch.Tensor, str]:
-    what = f"slot_mapping(seq_lens={seq_lens}, q_lens={q_lens}, pages={pages}, page_size={S})"
+def _call_slots(fn: Callable, kv_lens, q_lens, pages, S) -> tuple[torch.Tensor, str]:
+    what = f"slot_mapping(kv_lens={kv_lens}, q_lens={q_lens}, pages={pages}, page_size={S})"
     before = _copy_pages(pages)
-    out = fn(seq_lens, q_lens, pages, S)
+    out = fn(kv_lens, q_lens, pages, S)
     expect(pages == before, f"{what} changed its `pages` argument; leave the page tables alone")
     expect_shape(out, (sum(q_lens),), f"{what} (one slot per new token, N = sum(q_lens))")
     return out, what
 
 
-def _slots_hint(got: torch.Tensor, seq_lens, q_lens, pages, S) -> str:
+def _slots_hint(got: torch.Tensor, kv_lens, q_lens, pages, S) -> str:
     """Name the classic slot mistake that `got` reproduces, or ''."""
-    positions = [p for n, q in zip(seq_lens, q_lens, strict=True) for p in range(n - q, n)]
+    positions = [p for n, q in zip(kv_lens, q_lens, strict=True) for p in range(n - q, n)]
     from_zero = [p for q in q_lens for p in range(q)]
     owner = [i for i, q in enumerate(q_lens) for _ in range(q)]
 
@@ -343,21 +343,21 @@ def _slots_hint(got: torch.Tensor, seq_lens, q_lens, pages, S) -> str:
 
 @exercise("ch07.slot_mapping", "returns Long [N], N = sum(q_lens)")
 def _slots_type(fn: Callable) -> None:
-    for seq_lens, q_lens, pages, S in _step_batches("mixed", per_size=2):
-        out, what = _call_slots(fn, seq_lens, q_lens, pages, S)
+    for kv_lens, q_lens, pages, S in _step_batches("mixed", per_size=2):
+        out, what = _call_slots(fn, kv_lens, q_lens, pages, S)
         expect(out.dtype == torch.int64,
                f"{what} has dtype {out.dtype}, expected torch.long: slots index the pool's "
                "rows")
 
 
 def _compare_slots(fn: Callable, kind: str) -> None:
-    for seq_lens, q_lens, pages, S in _step_batches(kind):
-        got, what = _call_slots(fn, seq_lens, q_lens, pages, S)
-        want = _expected_slots(seq_lens, q_lens, pages, S)
+    for kv_lens, q_lens, pages, S in _step_batches(kind):
+        got, what = _call_slots(fn, kv_lens, q_lens, pages, S)
+        want = _expected_slots(kv_lens, q_lens, pages, S)
         if torch.equal(got.long(), want):
             continue
         raise CheckFailed(f"{what} is {got.tolist()}, expected {want.tolist()}."
-                          + _slots_hint(got, seq_lens, q_lens, pages, S))
+                          + _slots_hint(got, kv_lens, q_lens, pages, S))
 
 
 @exercise("ch07.slot_mapping", "prefill: every token goes to its slot through its request's "

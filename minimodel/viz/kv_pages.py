@@ -50,7 +50,7 @@ def _lighten(color: Any, amount: float) -> tuple[float, float, float]:
 
 def plot_page_pool(
     page_tables: Sequence[Sequence[int]],
-    seq_lens: Sequence[int],
+    kv_lens: Sequence[int],
     num_pages: int,
     page_size: int,
     q_lens: Sequence[int] | None = None,
@@ -72,7 +72,7 @@ def plot_page_pool(
     for p in range(num_pages):
         for off in range(page_size):
             ax.add_patch(Rectangle((p, off), 1, 1, facecolor=FREE_COLOR, edgecolor="#cccccc"))
-    for i, (pages, n, q) in enumerate(zip(page_tables, seq_lens, q_lens, strict=True)):
+    for i, (pages, n, q) in enumerate(zip(page_tables, kv_lens, q_lens, strict=True)):
         for k, page in enumerate(pages):
             for off in range(page_size):
                 pos = k * page_size + off
@@ -100,7 +100,7 @@ def plot_page_pool(
         ax.spines[side].set_visible(False)
     handles = [
         Patch(color=colors[i], label=f"request {i}: {n} tokens, pages {list(pages)}")
-        for i, (pages, n) in enumerate(zip(page_tables, seq_lens, strict=True))
+        for i, (pages, n) in enumerate(zip(page_tables, kv_lens, strict=True))
     ]
     handles.append(Patch(facecolor=FREE_COLOR, edgecolor="#cccccc", label="free"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8,
