@@ -26,7 +26,7 @@ FORBIDDEN = {
     "weights": {"hub", "tokenizer", "engine", "reference", "layers", "serve", "grading"},
     "hub": {"tokenizer", "engine", "reference", "serve", "bench", "train", "grading", "viz"},
     "tokenizer": {"engine", "reference", "serve", "bench", "train", "grading", "viz"},
-    "reference": {"engine", "layers", "kernels", "serve", "bench", "train", "grading", "viz"},
+    "reference": {"engine", "kernels", "serve", "bench", "train", "grading", "viz"},
     "layers": {"engine", "reference", "hub", "tokenizer", "serve", "bench", "train", "grading",
                "viz"},
     "kernels": {"engine", "reference", "layers", "serve", "bench", "train", "grading", "viz"},

@@ -1,4 +1,5 @@
-"""RMSNorm, replicated on every rank: the hidden dim is never split, so nothing to shard."""
+"""RMSNorm, the one module of both models: the reference's norms, and the engine's, replicated
+on every rank (the hidden dim is never split, so there is nothing to shard)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from minimodel.ops import fused_add_rms_norm, rms_norm
 
 class RMSNorm(nn.Module):
     """RMSNorm with a learned per-channel scale (weight: [C]), and `add_forward`, which adds
-    the residual stream first."""
+    the residual stream first (the engine's fused add + norm, chapter 04 section 5)."""
 
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()

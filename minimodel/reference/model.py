@@ -14,20 +14,9 @@ from torch import nn
 
 from minimodel.config import Qwen3Config
 from minimodel.hub import resolve_model
-from minimodel.ops import apply_rope, rms_norm, rope_cos_sin, silu_and_mul, softmax_attention
+from minimodel.layers.layernorm import RMSNorm
+from minimodel.ops import apply_rope, rope_cos_sin, silu_and_mul, softmax_attention
 from minimodel.weights import build_model
-
-
-class RMSNorm(nn.Module):
-    """RMSNorm with a learned per-channel scale (weight: [C])."""
-
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
 
 
 def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tensor:
