@@ -12,7 +12,8 @@ Modules, one idea each:
     parallel.py     tensor parallelism: rank 0's runner broadcasts each step to worker processes
     detokenizer.py  incremental text that never splits a character
     cuda_graph.py   decode CUDA graphs per batch size
-    llm.py          LLM, RequestOutput, generate / stream / step
+    outputs.py      RequestOutput (vLLM's shape: .outputs, CompletionOutput, Logprob), metrics
+    llm.py          LLM: requests in, generate / chat / stream / step
 """
 
 from minimodel.engine.attention import (
@@ -24,15 +25,9 @@ from minimodel.engine.attention import (
 from minimodel.engine.config import EngineConfig
 from minimodel.engine.flashinfer_env import backend_report
 from minimodel.engine.kv_cache import KVCache, PageAllocator
-from minimodel.engine.llm import (
-    LLM,
-    CompletionOutput,
-    Logprob,
-    RequestMetrics,
-    RequestOutput,
-    StepError,
-)
+from minimodel.engine.llm import LLM, StepError
 from minimodel.engine.model import PackedQwen3ForCausalLM
+from minimodel.engine.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from minimodel.engine.scheduler import ScheduledBatch, Scheduler
 from minimodel.engine.sequence import Sequence
 

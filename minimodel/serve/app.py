@@ -39,7 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from minimodel.engine.detokenizer import TextStream
-from minimodel.engine.llm import RequestOutput
+from minimodel.engine.outputs import RequestOutput
 from minimodel.sampling import SamplingParams
 from minimodel.serve.answers import (
     Kind,

@@ -22,7 +22,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from minimodel.engine.llm import LLM, RequestOutput, StepError
+from minimodel.engine.llm import LLM, StepError
+from minimodel.engine.outputs import RequestOutput
 from minimodel.sampling import SamplingParams
 
 if TYPE_CHECKING:

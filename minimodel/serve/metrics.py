@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
-    from minimodel.engine.llm import RequestOutput
+    from minimodel.engine.outputs import RequestOutput
     from minimodel.serve.engine_loop import EngineLoop
 
 PREFIX = "minimodel:"

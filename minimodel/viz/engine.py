@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from minimodel.engine.llm import LLM, RequestOutput
+    from minimodel.engine.llm import LLM
+    from minimodel.engine.outputs import RequestOutput
 
 COLORS = {
     "prefill": "#1f77b4",  # a whole prompt (or what is left of it)
