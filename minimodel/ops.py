@@ -15,6 +15,15 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def causal_mask(q_len: int, kv_len: int,
+                device: torch.device | str | None = None) -> torch.Tensor:
+    """Bool [Q, K], bottom-right aligned: the Q queries are the last Q of K tokens, so query j
+    (token K - Q + j of the sequence) sees keys 0 .. K - Q + j. Q = K is the full square mask
+    of a prompt; Q = 1 a decode step, which sees every key; any Q <= K a chunk."""
+    query_pos = kv_len - q_len + torch.arange(q_len, device=device)  # [Q]
+    return torch.arange(kv_len, device=device)[None, :] <= query_pos[:, None]  # [Q, K]
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * weight.
 

@@ -174,3 +174,13 @@ def test_chunk_invariance_and_reference_logits(small_checkpoint, name):
     with torch.no_grad():
         want = ref(ids[None])[0]
     assert (whole - want).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("q_len, kv_len", [(1, 1), (1, 9), (4, 4), (3, 11), (11, 11)])
+def test_the_one_causal_mask_is_the_last_rows_of_the_square_one(q_len, kv_len):
+    """ops.causal_mask (engine, kernels, roofline, viz): a chunk's queries are the last rows of
+    the full square mask of its sequence."""
+    from minimodel.ops import causal_mask
+
+    square = torch.ones(kv_len, kv_len, dtype=torch.bool).tril()
+    assert torch.equal(causal_mask(q_len, kv_len), square[kv_len - q_len:])

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from minimodel.engine.kv_cache import KVCache, pages_needed
+from minimodel.ops import causal_mask
 
 
 @dataclass
@@ -181,8 +182,7 @@ class TorchBackend(AttentionBackend):
         qo_indptr, page_indptr = metadata.qo_indptr.tolist(), kv_indptr.tolist()
         for i, (q_len, kv_len) in enumerate(zip(metadata.q_lens, metadata.kv_lens, strict=True)):
             pages = kv_indices[page_indptr[i] : page_indptr[i + 1]]  # [ceil(K / S)]
-            query_pos = kv_len - q_len + torch.arange(q_len, device=device)  # [Q]
-            mask = torch.arange(kv_len, device=device)[None, :] <= query_pos[:, None]  # [Q, K]
+            mask = causal_mask(q_len, kv_len, device)  # [Q, K], bottom-right
             self.requests.append((qo_indptr[i], qo_indptr[i + 1], pages, mask))
 
     def forward(

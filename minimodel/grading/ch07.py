@@ -27,6 +27,7 @@ from minimodel.config import Qwen3Config
 from minimodel.engine.attention import build_metadata
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
 from minimodel.grading.learner import spy_calls
+from minimodel.grading.oracles import bottom_right
 from minimodel.hub import resolve_model
 from minimodel.ops import softmax_attention
 from minimodel.reference.model import Qwen3ForCausalLM as ReferenceQwen3
@@ -380,11 +381,6 @@ def _slots_mixed(fn: Callable) -> None:
 # --- cached_attention ----------------------------------------------------------------------------
 
 
-def _bottom_right(Q: int, K: int) -> torch.Tensor:
-    """Bool [Q, K]: new token j (the (K-Q+j)-th of the sequence) sees keys 0..K-Q+j."""
-    return torch.arange(K)[None, :] <= (K - Q + torch.arange(Q))[:, None]
-
-
 def _attend(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
     scale: float, tiled: bool = False,
@@ -403,7 +399,7 @@ def _attend(
 def _cached_hint(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
     """Name the classic mistake that `got` reproduces, or ''."""
     Q, K, D = q.shape[0], k.shape[0], q.shape[-1]
-    mask = _bottom_right(Q, K)
+    mask = bottom_right(Q, K)
     if got.isnan().any():
         return (" It contains NaN: some new token had every key masked. The mask is bottom-right: "
                 "token j sees keys 0..K-Q+j, so no row is empty.")
@@ -448,7 +444,7 @@ def _compare_cached(
     expect(all(torch.equal(a, b) for a, b in zip(inputs, (q, k, v), strict=True)),
            f"{what} changed its inputs; return a new tensor")
     expect(got.dtype == dtype, f"{what} returned {got.dtype}; return q's dtype {dtype}")
-    want = _attend(q, k, v, _bottom_right(Q, K), D**-0.5)
+    want = _attend(q, k, v, bottom_right(Q, K), D**-0.5)
     if not torch.allclose(got.double(), want, atol=tol, rtol=tol):
         worst = float((got.double() - want).abs().nan_to_num(float("inf")).max())
         raise CheckFailed(f"{what} is off by up to {worst:.3g} from bottom-right causal "

@@ -26,6 +26,7 @@ from minimodel.engine.attention import TorchBackend, build_metadata
 from minimodel.engine.kv_cache import KVCache
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
 from minimodel.grading.learner import spy_calls
+from minimodel.grading.oracles import bottom_right
 
 _TOL = 1e-5  # float32 against float64, as the chapter promises: <= 1e-5
 
@@ -146,11 +147,6 @@ def _sm_large(fn: Callable) -> None:
 # --- flash_attention ------------------------------------------------------------------------------
 
 
-def _bottom_right(T: int, S: int) -> torch.Tensor:
-    """Bool [T, S]: query t is token S - T + t and sees keys 0 .. S - T + t."""
-    return torch.arange(S)[None, :] <= (S - T + torch.arange(T))[:, None]
-
-
 def _attention64(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
     scale: float | None = None, heads: str = "h // G",
@@ -179,7 +175,7 @@ def _qkv(T: int, S: int, Hq: int, Hkv: int, D: int, scale: float = 1.0):
 def _flash_hint(o: torch.Tensor, lse: torch.Tensor, q, k, v, causal: bool) -> str:
     """Name the classic mistake that (o, lse) reproduces, or ''."""
     T, S, D = q.shape[0], k.shape[0], q.shape[-1]
-    mask = _bottom_right(T, S) if causal else None
+    mask = bottom_right(T, S) if causal else None
     if not (bool(o.isfinite().all()) and bool(lse.isfinite().all())):
         return (" It holds inf or nan: an exp overflowed (scores minus a max that is not the "
                 "largest so far), or a row was divided by a sum of zero.")
@@ -229,7 +225,7 @@ def _flash_problem(
     _unchanged((q, k, v), copies, what)
     expect_shape(o, (T, Hq, D), f"{what}: o")
     expect_shape(lse, (T, Hq), f"{what}: lse (one per query and head)")
-    want_o, want_lse = _attention64(q, k, v, _bottom_right(T, S) if causal else None)
+    want_o, want_lse = _attention64(q, k, v, bottom_right(T, S) if causal else None)
     if _close(o, want_o) and _close(lse, want_lse):
         return None
     which = "o" if not _close(o, want_o) else "lse"
@@ -317,7 +313,7 @@ def _fa_rescale(fn: Callable) -> None:
             o, lse = _pair(fn(q, k, v, causal, 2, bk), what)
             expect_shape(o, (T, Hq, D), f"{what}: o")
             expect_shape(lse, (T, Hq), f"{what}: lse")
-            mask = _bottom_right(T, S) if causal else None
+            mask = bottom_right(T, S) if causal else None
             want_o, want_lse = _attention64(q, k, v, mask)
             if not (_close(o, want_o, tol) and _close(lse, want_lse, tol)):
                 worst = max(_worst(o, want_o), _worst(lse, want_lse))

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from minimodel.ops import causal_mask
+
 # (k [n, Hkv, D], v [n, Hkv, D], position of the first of the n keys), in key order
 KeyTiles = Iterable[tuple[torch.Tensor, torch.Tensor, int]]
 
@@ -31,8 +33,7 @@ def naive_attention(
     vh = v.float().repeat_interleave(Hq // Hkv, dim=1)
     scores = torch.einsum("thd,shd->hts", q.float(), kh) / math.sqrt(D)  # [Hq, T, S]
     if causal:
-        sees = torch.arange(S, device=q.device)[None, :] <= (
-            S - T + torch.arange(T, device=q.device))[:, None]  # [T, S], bottom-right
+        sees = causal_mask(T, S, q.device)  # [T, S], bottom-right
         scores = scores.masked_fill(~sees, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)  # [Hq, T]
     o = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), vh)  # [T, Hq, D]

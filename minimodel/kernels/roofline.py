@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from minimodel.config import Qwen3Config
+from minimodel.ops import causal_mask
 
 
 def best_time(fn: Callable[[], object], device: str = "cpu", repeats: int = 5) -> float:
@@ -119,8 +120,7 @@ class LayerStep:
         K = k_cache.shape[2]
         mask = None
         if Q > 1:  # bottom-right causal
-            mask = torch.arange(K, device=x.device)[None, :] <= (
-                K - Q + torch.arange(Q, device=x.device))[:, None]
+            mask = causal_mask(Q, K, x.device)
         a = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask, enable_gqa=True)
         h = x + F.linear(a.transpose(1, 2).reshape(B, Q, -1), self.o)
         gate, up = F.linear(h, self.gate_up).chunk(2, dim=-1)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from minimodel.engine.kv_cache import pages_needed
+from minimodel.ops import causal_mask
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -173,7 +174,7 @@ def causal_masks(kv_len: int, q_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """
     j = torch.arange(q_len)[:, None]
     keys = torch.arange(kv_len)[None, :]
-    return keys <= kv_len - q_len + j, keys <= j
+    return causal_mask(q_len, kv_len), keys <= j
 
 
 def plot_causal_masks(kv_len: int, q_len: int) -> Figure:
