@@ -408,17 +408,17 @@ def test_a_tiny_temperature_is_greedy(served):
 
 
 def test_prompts_are_tokenised_off_the_event_loop(served, monkeypatch):
-    import minimodel.serve.app as app_module
+    import minimodel.serve.prompts as prompts_module
 
     server, client, exp = served
     threads = []
-    encode = app_module._completion_prompts
+    encode = prompts_module._completion_prompts
 
     def spy(prompts, tokenizer):
         threads.append(threading.current_thread().name)
         return encode(prompts, tokenizer)
 
-    monkeypatch.setattr(app_module, "_completion_prompts", spy)
+    monkeypatch.setattr(prompts_module, "_completion_prompts", spy)
     r = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=NEW,
                                   temperature=0)
     assert r.choices[0].text == exp["greedy"][0]
@@ -452,11 +452,11 @@ def test_a_body_over_the_limit_is_413_before_it_is_read(strict):
 
 
 def test_a_text_longer_than_the_context_can_hold_is_400_before_tokenising(served, monkeypatch):
-    import minimodel.serve.app as app_module
+    import minimodel.serve.prompts as prompts_module
 
     server, client, _ = served
     calls = []
-    monkeypatch.setattr(app_module, "_completion_prompts", lambda *a: calls.append(a))
+    monkeypatch.setattr(prompts_module, "_completion_prompts", lambda *a: calls.append(a))
     # 4096 tokens of at most 256 bytes each hold 1 MiB of text: 2 MiB cannot fit
     huge = "ab" * (1 << 20)
     with pytest.raises(openai.BadRequestError) as err:

@@ -9,7 +9,11 @@ Modules, one idea each:
     engine_loop.py  the engine thread: one LLM, continuous batching over every open request;
                     handlers send it adds and aborts and wait on their own queue
     protocol.py     OpenAI's request bodies and errors; their fields -> SamplingParams
-    app.py          the FastAPI routes: tokenise, admit, stream, detokenise, cancel
+    app.py          the FastAPI routes: read, check, hand on
+    transport.py    bodies with a limit and a deadline, errors as JSON, the API key, event streams
+    prompts.py      prompts and chat messages -> token ids, in a worker thread
+    respond.py      submit one request's completions; collect them, or stream their events
+    answers.py      OpenAI's shapes: choices, chunks, usage, log-probabilities
     server.py       serve() for the command line, Server for a background thread
 """
 

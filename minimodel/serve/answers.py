@@ -23,7 +23,7 @@ _BYTE_OF = {char: byte for byte, char in bytes_to_unicode().items()}
 
 def choice_text(tokenizer: Tokenizer, params: SamplingParams) -> TextStream:
     """One choice's text as its tokens arrive, decoded as the engine decodes it (special tokens
-    skipped unless asked otherwise); `finish` takes the engine's final `RequestOutput.text`."""
+    skipped unless asked otherwise); `flush` takes the engine's final `RequestOutput.text`."""
     return TextStream(IncrementalDetokenizer(tokenizer, params.skip_special_tokens), params.stop)
 
 

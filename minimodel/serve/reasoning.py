@@ -39,7 +39,7 @@ class ReasoningSplit:
         """(reasoning, content) that `delta` adds; either may be ""."""
         return self._split(self.pending + delta, final=False)
 
-    def finish(self) -> tuple[str, str]:
+    def flush(self) -> tuple[str, str]:
         """What was held back, once the text is complete."""
         return self._split(self.pending, final=True)
 
@@ -78,7 +78,7 @@ def split_reasoning(text: str, thinking: bool,
     """A whole answer -> (reasoning_content, content); None where a part is empty."""
     split = ReasoningSplit(thinking, opened)
     reasoning, content = split.push(text)
-    rest_reasoning, rest_content = split.finish()
+    rest_reasoning, rest_content = split.flush()
     reasoning, content = reasoning + rest_reasoning, content + rest_content
     if not thinking:
         return None, content

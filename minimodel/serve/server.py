@@ -15,8 +15,9 @@ from typing import Any
 import uvicorn
 
 from minimodel.engine.llm import LLM
-from minimodel.serve.app import BODY_TIMEOUT_S, MAX_BODY_BYTES, SHUTDOWN_GRACE_S, create_app
+from minimodel.serve.app import create_app
 from minimodel.serve.engine_loop import EngineLoop
+from minimodel.serve.transport import BODY_TIMEOUT_S, MAX_BODY_BYTES, SHUTDOWN_GRACE_S
 
 
 class _Uvicorn(uvicorn.Server):
