@@ -98,7 +98,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
         for delta in llm.stream(prompt, params):
             show(*split.push(delta))
-        show(*split.finish())
+        show(*split.flush())
         print()
         messages.append({"role": "assistant", "content": answer.strip()})
     return 0

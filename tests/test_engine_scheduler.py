@@ -184,7 +184,7 @@ def test_scheduler_alone_with_fake_tokens():
 
     alloc = PageAllocator(6)
     sched = Scheduler(alloc, page_size=4, max_num_seqs=4, max_num_batched_tokens=16,
-                      max_model_len=64, eos_token_ids=set())
+                      max_model_len=64)
     for i, n in enumerate([5, 9, 3]):
         sched.add(Sequence(i, list(range(n)), mm.SamplingParams(max_new_tokens=6)))
     lines = []

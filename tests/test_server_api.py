@@ -45,7 +45,7 @@ def _split_stream(pieces: list[str], thinking: bool, opened: bool = False) -> tu
     for piece in pieces:
         r, c = split.push(piece)
         reasoning, content = reasoning + r, content + c
-    r, c = split.finish()
+    r, c = split.flush()
     return reasoning + r, content + c
 
 

@@ -70,7 +70,7 @@ def stop_hold(stop: Sequence[str] | None) -> int:
 class TextStream:
     """The text of one request handed out in pieces: `push` token ids, get the new text that is
     safe to send (complete characters, and not the last `stop_hold` characters, which may start
-    a stop string); `finish` with the request's final text (the engine's `RequestOutput.text`,
+    a stop string); `flush` with the request's final text (the engine's `RequestOutput.text`,
     cut at its stop) gives the rest. "".join(pieces) == the final text.
 
     Used by `LLM.stream` (with the engine's own detokenizer) and by the server (with its own).
@@ -92,7 +92,7 @@ class TextStream:
         self.sent = ready
         return delta
 
-    def finish(self, final_text: str) -> str:
+    def flush(self, final_text: str) -> str:
         """The rest of the final text, once the request has ended."""
         delta = final_text[self.sent :]
         self.sent = max(self.sent, len(final_text))

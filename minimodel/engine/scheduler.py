@@ -65,14 +65,12 @@ class Scheduler:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         max_model_len: int,
-        eos_token_ids: set[int],
     ) -> None:
         self.allocator = allocator
         self.page_size = page_size
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
-        self.eos_token_ids = eos_token_ids
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
 
@@ -176,7 +174,7 @@ class Scheduler:
                 continue  # a prompt chunk: nothing to sample yet
             token, logprob = next(sampled)
             seq.append_token(token, logprob)
-            reason = seq.stop_reason(self.eos_token_ids, self.max_model_len)
+            reason = seq.stop_reason(self.max_model_len)
             if reason is not None:
                 self.finish(seq, reason)
 

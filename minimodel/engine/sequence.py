@@ -126,7 +126,7 @@ class Sequence:
             return ids[:-1]
         return ids
 
-    def stop_reason(self, eos_token_ids: set[int], max_model_len: int) -> str | None:
+    def stop_reason(self, max_model_len: int) -> str | None:
         """Why the request should end after its last token, or None to go on.
 
         "stop": EOS (unless ignore_eos), a token of stop_token_ids, or a stop string in the
@@ -136,7 +136,7 @@ class Sequence:
         """
         params, last = self.params, self.token_ids[-1]
         if self.num_output_tokens >= params.min_tokens:
-            if not params.ignore_eos and last in eos_token_ids:
+            if not params.ignore_eos and last in self.eos_token_ids:
                 return "stop"
             if self._is_stop_token(last):
                 self.stop_token_id = last
