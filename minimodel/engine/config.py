@@ -9,6 +9,7 @@ the device and dtype, the attention backend, whether decode steps replay CUDA gr
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,17 @@ from minimodel.layers import TPConfigError, check_tensor_parallel_size
 CPU_KV_CACHE_BYTES = 1 << 30  # default pool budget on CPU: 1 GiB
 GPU_MEMORY_UTILIZATION = 0.9  # default on CUDA: the pool takes what is left up to 90% of memory
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def check_settings(settings: dict[str, object]) -> dict[str, object]:
+    """`LLM(model, **settings)`'s keywords, all of them known to EngineConfig.create (a
+    TypeError names the unknown one and lists the others)."""
+    known = list(inspect.signature(EngineConfig.create).parameters)[1:]  # after `model`
+    unknown = [name for name in settings if name not in known]
+    if unknown:
+        raise TypeError(f"LLM() got an unexpected keyword argument {unknown[0]!r}; its settings "
+                        f"are model, {', '.join(known)}.")
+    return settings
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,12 @@ import operator
 import os
 from collections.abc import Iterator
 from collections.abc import Sequence as SequenceABC
+from typing import Any
 
 import torch
 
 from minimodel.engine import parallel
-from minimodel.engine.config import EngineConfig
+from minimodel.engine.config import EngineConfig, check_settings
 from minimodel.engine.detokenizer import IncrementalDetokenizer, TextStream
 from minimodel.engine.kv_cache import PageAllocator, pages_needed
 from minimodel.engine.outputs import RequestMetrics, RequestOutput
@@ -85,28 +86,10 @@ class LLM:
         `close()` (or use `with LLM(...) as llm:`) to stop them.
     """
 
-    def __init__(
-        self,
-        model: str | os.PathLike[str] = "tiny",
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | str | None = None,
-        attention_backend: str = "auto",
-        page_size: int = 16,
-        max_num_seqs: int = 64,
-        num_pages: int | None = None,
-        max_num_batched_tokens: int = 4096,
-        max_model_len: int | None = None,
-        kv_cache_bytes: int | None = None,
-        enforce_eager: bool = False,
-        skip_tokenizer_init: bool = False,
-        tensor_parallel_size: int = 1,
-    ) -> None:
+    def __init__(self, model: str | os.PathLike[str] = "tiny", **settings: Any) -> None:
         # Every setting checked once, in one frozen object that the scheduler, the runner and
         # each tensor-parallel worker are built from (engine/config.py).
-        config = EngineConfig.create(
-            model, device, dtype, attention_backend, page_size, max_num_seqs, num_pages,
-            max_num_batched_tokens, max_model_len, kv_cache_bytes, enforce_eager,
-            skip_tokenizer_init, tensor_parallel_size)
+        config = EngineConfig.create(model, **check_settings(settings))
         self.device, self.folder, self.cfg = config.device, config.folder, config.hf_config
         self.dtype, self.max_model_len = config.dtype, config.max_model_len
         self.tensor_parallel_size = config.tensor_parallel_size
@@ -128,9 +111,9 @@ class LLM:
             )
         self.scheduler = Scheduler(
             self.allocator, config.page_size, config.max_num_seqs,
-            config.max_num_batched_tokens, config.max_model_len, set(config.eos_token_ids),
+            config.max_num_batched_tokens, config.max_model_len,
         )
-        self.skip_tokenizer_init = skip_tokenizer_init
+        self.skip_tokenizer_init = config.skip_tokenizer_init
         self._tokenizer: Tokenizer | None = None
         self._next_id = 0
         self._active: dict[int, Sequence] = {}
@@ -205,7 +188,7 @@ class LLM:
             generator=self.runner.sampler.make_generator(params.seed),
             detokenizer=(IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
                          if needs_text else None),
-            eos_token_ids=self.scheduler.eos_token_ids,
+            eos_token_ids=self.config.eos_token_ids,
         )
         self._next_id += 1
         return seq
@@ -437,5 +420,5 @@ class LLM:
                 self.abort(seq.request_id)
         self._active.pop(seq.request_id, None)  # finished before any step (max_new_tokens=0)
         seq.detokenizer.flush()  # type: ignore[union-attr]
-        if rest := pieces.finish(seq.detokenizer.text[: seq.stop_text_len]):  # type: ignore
+        if rest := pieces.flush(seq.detokenizer.text[: seq.stop_text_len]):  # type: ignore
             yield rest
