@@ -19,45 +19,45 @@ from minimodel.grading.ch08 import engine_admit, engine_decode_step, reference_t
 # --- ch08.admit -------------------------------------------------------------------------------
 
 
-def admit_solution(waiting, cached, free_pages, page_size, token_budget, max_seqs):
+def admit_solution(waiting, cached, free_pages, page_size, max_num_batched_tokens, free_seqs):
     q_lens = []
     for n, c in zip(waiting, cached):
-        if token_budget == 0 or len(q_lens) == max_seqs:
+        if max_num_batched_tokens == 0 or len(q_lens) == free_seqs:
             break
-        q = min(n, token_budget)
+        q = min(n, max_num_batched_tokens)
         pages = -(-(c + q) // page_size) - -(-c // page_size)
         if pages > free_pages:
             break
         q_lens.append(q)
         free_pages -= pages
-        token_budget -= q
+        max_num_batched_tokens -= q
         if q < n:
             break
     return q_lens
 
 
-def admit_room_first(waiting, cached, free_pages, page_size, token_budget, max_seqs):
+def admit_room_first(waiting, cached, free_pages, page_size, max_num_batched_tokens, free_seqs):
     """Counts the room left in a partly filled last page, then whole pages for the rest."""
     out = []
     for i, n in enumerate(waiting):
-        if len(out) >= max_seqs or token_budget <= 0:
+        if len(out) >= free_seqs or max_num_batched_tokens <= 0:
             break
-        q = n if n <= token_budget else token_budget
+        q = n if n <= max_num_batched_tokens else max_num_batched_tokens
         room = (page_size - cached[i] % page_size) % page_size
         need = max(0, math.ceil((q - room) / page_size))
         if need > free_pages:
             break
         out.append(q)
-        free_pages, token_budget = free_pages - need, token_budget - q
+        free_pages, max_num_batched_tokens = free_pages - need, max_num_batched_tokens - q
         if q != n:
             break
     return out
 
 
-def admit_recursive(waiting, cached, free_pages, page_size, token_budget, max_seqs):
-    if not waiting or max_seqs == 0 or token_budget <= 0:
+def admit_recursive(waiting, cached, free_pages, page_size, max_num_batched_tokens, free_seqs):
+    if not waiting or free_seqs == 0 or max_num_batched_tokens <= 0:
         return []
-    q = min(waiting[0], token_budget)
+    q = min(waiting[0], max_num_batched_tokens)
     c = cached[0]
     need = (c + q + page_size - 1) // page_size - (c + page_size - 1) // page_size
     if need > free_pages:
@@ -65,14 +65,14 @@ def admit_recursive(waiting, cached, free_pages, page_size, token_budget, max_se
     if q < waiting[0]:
         return [q]
     return [q] + admit_recursive(waiting[1:], cached[1:], free_pages - need, page_size,
-                                 token_budget - q, max_seqs - 1)
+                                 max_num_batched_tokens - q, free_seqs - 1)
 
 
 def _admit_mutant(pages="ceil", skip=False, budget="chunk", seqs="ok", cumulative=True,
                   chunk_pages="chunk", chunk_to_pages=False, held="subtract"):
-    def fn(waiting, cached, free_pages, page_size, token_budget, max_seqs):
-        out, free, left = [], free_pages, token_budget
-        limit = {"ok": max_seqs, "plus1": max_seqs + 1, "none": 10**9}[seqs]
+    def fn(waiting, cached, free_pages, page_size, max_num_batched_tokens, free_seqs):
+        out, free, left = [], free_pages, max_num_batched_tokens
+        limit = {"ok": free_seqs, "plus1": free_seqs + 1, "none": 10**9}[seqs]
         for n, c in zip(waiting, cached):
             if len(out) >= limit:
                 break
@@ -109,9 +109,9 @@ def _admit_mutant(pages="ceil", skip=False, budget="chunk", seqs="ok", cumulativ
     return fn
 
 
-def admit_mutates(waiting, cached, free_pages, page_size, token_budget, max_seqs):
-    out = admit_solution(list(waiting), list(cached), free_pages, page_size, token_budget,
-                         max_seqs)
+def admit_mutates(waiting, cached, free_pages, page_size, max_num_batched_tokens, free_seqs):
+    out = admit_solution(list(waiting), list(cached), free_pages, page_size, max_num_batched_tokens,
+                         free_seqs)
     del waiting[: len(out)]  # "pop the admitted requests off the queue"
     return out
 
@@ -124,8 +124,8 @@ ADMIT_MUTANTS = {
     "no chunking: stops at the prompt that crosses the budget": _admit_mutant(budget="whole"),
     "budget never decreases": _admit_mutant(budget="no_subtract"),
     "a chunk needs pages for the whole prompt": _admit_mutant(chunk_pages="whole"),
-    "ignores max_seqs": _admit_mutant(seqs="none"),
-    "max_seqs off by one": _admit_mutant(seqs="plus1"),
+    "ignores free_seqs": _admit_mutant(seqs="none"),
+    "free_seqs off by one": _admit_mutant(seqs="plus1"),
     "free pages never decrease": _admit_mutant(cumulative=False),
     "chunks to the free pages instead of stopping": _admit_mutant(chunk_to_pages=True),
     "a chunk in progress counts its pages from scratch": _admit_mutant(held="scratch"),
@@ -138,10 +138,10 @@ ADMIT_MUTANTS = {
 }
 
 
-def admit_tuple(waiting, cached, free_pages, page_size, token_budget, max_seqs):
+def admit_tuple(waiting, cached, free_pages, page_size, max_num_batched_tokens, free_seqs):
     """The solution, answering with a tuple of numpy ints."""
     return tuple(np.int64(q) for q in admit_solution(waiting, cached, free_pages, page_size,
-                                                       token_budget, max_seqs))
+                                                       max_num_batched_tokens, free_seqs))
 
 
 @pytest.mark.parametrize("fn", [admit_solution, admit_room_first, admit_recursive, admit_tuple])
@@ -426,7 +426,7 @@ def engine_step_with(admit, decode_step, ch05, ch07, rows="last", keep_cache=Fal
         waiting, running = engine.waiting, engine.running
         q_lens = admit([s.num_uncached_tokens for s in waiting],
                        [s.num_cached_tokens for s in waiting], pool.num_free, S,
-                       engine.token_budget, engine.max_seqs - len(running))
+                       engine.max_num_batched_tokens, engine.max_num_seqs - len(running))
         if q_lens:
             seqs = waiting[:len(q_lens)]
             for seq, q in zip(seqs, q_lens):
@@ -487,8 +487,8 @@ def engine_step_other_style(admit, decode_step, ch05, ch07):
         S = engine.page_size
         wanted = admit([r.num_tokens - r.num_cached_tokens for r in engine.waiting],
                        [r.num_cached_tokens for r in engine.waiting],
-                       engine.allocator.num_free, S, engine.token_budget,
-                       engine.max_seqs - len(engine.running))
+                       engine.allocator.num_free, S, engine.max_num_batched_tokens,
+                       engine.max_num_seqs - len(engine.running))
         batch = {}
         if wanted:
             for r, q in zip(list(engine.waiting), wanted):
@@ -573,8 +573,8 @@ def last_page_mod(seq_lens, pages, page_size):
     return indptr, indices, torch.tensor([n % page_size for n in seq_lens], dtype=torch.int32)
 
 
-def admit_ignores_pages(waiting, cached, free_pages, page_size, token_budget, max_seqs):
-    return admit_solution(waiting, cached, 10**6, page_size, token_budget, max_seqs)
+def admit_ignores_pages(waiting, cached, free_pages, page_size, max_num_batched_tokens, free_seqs):
+    return admit_solution(waiting, cached, 10**6, page_size, max_num_batched_tokens, free_seqs)
 
 
 def decode_never_preempts(num_tokens, free_pages, page_size):
@@ -656,7 +656,8 @@ def test_engine_schedule_is_what_mm_LLM_runs():
 # it reaches them.
 
 
-def admit_asks_the_scheduler(waiting, cached, free_pages, page_size, token_budget, max_seqs):
+def admit_asks_the_scheduler(waiting, cached, free_pages, page_size, max_num_batched_tokens,
+                             free_seqs):
     """Queues the requests in the engine's own Scheduler and reports its prefill step."""
     from minimodel.engine.kv_cache import PageAllocator
     from minimodel.engine.scheduler import Scheduler
@@ -664,8 +665,8 @@ def admit_asks_the_scheduler(waiting, cached, free_pages, page_size, token_budge
 
     held = [-(-c // page_size) for c in cached]
     pool = PageAllocator(free_pages + sum(held))
-    engine = Scheduler(pool, page_size, max_num_seqs=max_seqs, max_num_batched_tokens=token_budget,
-                       max_model_len=1 << 20, eos_token_ids=set())
+    engine = Scheduler(pool, page_size, max_num_seqs=free_seqs,
+                       max_num_batched_tokens=max_num_batched_tokens, max_model_len=1 << 20)
     for rid, n in enumerate(waiting):
         request = Sequence(rid, [1] * (n + cached[rid]), mm.SamplingParams())
         request.num_cached_tokens, request.page_table = cached[rid], pool.allocate(held[rid])

@@ -23,15 +23,15 @@ from minimodel.sampling import SamplingParams
 
 
 def engine_admit(
-    waiting: list[int], cached: list[int], free_pages: int, page_size: int, token_budget: int,
-    max_seqs: int,
+    waiting: list[int], cached: list[int], free_pages: int, page_size: int,
+    max_num_batched_tokens: int, free_seqs: int,
 ) -> list[int]:
     """What the engine's Scheduler prefills in its next step, nothing running: request i (oldest
     first) still has waiting[i] tokens to prefill and holds the pages of its cached[i] tokens
     already cached -> the new tokens of each admitted request."""
     held = [pages_needed(c, page_size) for c in cached]
     allocator = PageAllocator(free_pages + sum(held))
-    sched = _scheduler(allocator, page_size, max_seqs, token_budget)
+    sched = _scheduler(allocator, page_size, free_seqs, max_num_batched_tokens)
     for i, (n, c, h) in enumerate(zip(waiting, cached, held, strict=True)):
         seq = Sequence(i, [0] * (c + n), SamplingParams())
         seq.num_cached_tokens = c
@@ -54,28 +54,28 @@ def _more_pages(cached: int, q: int, S: int) -> int:
 
 def _admit_call(fn: Callable, case: _AdmitCase) -> tuple[object, list[int], str]:
     """(what fn returned, what the engine does, a description of the call)."""
-    waiting, cached, free_pages, S, budget, max_seqs = case
+    waiting, cached, free_pages, S, budget, free_seqs = case
     what = (f"admit(waiting={waiting}, cached={cached}, free_pages={free_pages}, page_size={S}, "
-            f"token_budget={budget}, max_seqs={max_seqs})")
+            f"max_num_batched_tokens={budget}, free_seqs={free_seqs})")
     before, cached_before = list(waiting), list(cached)
     with own_work(fn, "admit"):
-        got = fn(waiting, cached, free_pages, S, budget, max_seqs)
+        got = fn(waiting, cached, free_pages, S, budget, free_seqs)
     expect(waiting == before and cached == cached_before,
            f"{what} changed its `waiting` or `cached` list; leave the queue as it is (the "
            "scheduler removes requests itself)")
-    return got, engine_admit(before, cached_before, free_pages, S, budget, max_seqs), what
+    return got, engine_admit(before, cached_before, free_pages, S, budget, free_seqs), what
 
 
 def _admit_hint(case: _AdmitCase, got: list[int], want: list[int]) -> str:
     """Name the classic mistake behind a wrong answer, when it is recognisable."""
-    waiting, cached, free_pages, S, budget, max_seqs = case
+    waiting, cached, free_pages, S, budget, free_seqs = case
     if want and got == list(range(len(got))) and got != want:
         return (" Return how many tokens each admitted request prefills (its q_len), not its "
                 "index in the queue.")
     if len(got) > len(want) and got[: len(want)] == want[: len(got)]:
         nxt = len(want)
-        if nxt >= max_seqs:
-            return f" Only max_seqs = {max_seqs} requests may start."
+        if nxt >= free_seqs:
+            return f" Only free_seqs = {free_seqs} requests may start."
         if want and want[-1] < waiting[len(want) - 1]:
             return (" The last admitted request was cut to a chunk by the token budget; nothing "
                     "after a chunk is admitted in the same step.")
@@ -128,9 +128,9 @@ def _admit_cases(fn: Callable, cases: list[_AdmitCase]) -> None:
         raise CheckFailed(message + hint)
 
 
-def _new(waiting: list[int], free: int, S: int, budget: int, max_seqs: int) -> _AdmitCase:
+def _new(waiting: list[int], free: int, S: int, budget: int, free_seqs: int) -> _AdmitCase:
     """A case where nothing is cached yet (new or preempted requests only)."""
-    return waiting, [0] * len(waiting), free, S, budget, max_seqs
+    return waiting, [0] * len(waiting), free, S, budget, free_seqs
 
 
 def _random_admit_case(partial: bool = False) -> _AdmitCase:
@@ -142,8 +142,8 @@ def _random_admit_case(partial: bool = False) -> _AdmitCase:
     need = sum(_more_pages(c, n, S) for c, n in zip(cached, waiting))
     free_pages = _randint(0, need + 2)
     budget = _randint(1, max(1, sum(waiting) + 4))
-    max_seqs = _randint(1, 8)
-    return waiting, cached, free_pages, S, budget, max_seqs
+    free_seqs = _randint(1, 8)
+    return waiting, cached, free_pages, S, budget, free_seqs
 
 
 @exercise("ch08.admit", "returns a list of ints; [] when the queue is empty or nothing fits")
@@ -216,12 +216,12 @@ def _admit_cached(fn: Callable) -> None:
     _admit_cases(fn, cases)
 
 
-@exercise("ch08.admit", "admits at most max_seqs requests")
-def _admit_max_seqs(fn: Callable) -> None:
+@exercise("ch08.admit", "admits at most free_seqs requests")
+def _admit_free_seqs(fn: Callable) -> None:
     cases: list[_AdmitCase] = []
-    for max_seqs in (0, 1, 2, 3, 5):
-        waiting = [_randint(1, 8) for _ in range(max_seqs + _randint(1, 3))]
-        cases.append(_new(waiting, 1000, 4, _NO_LIMIT, max_seqs))
+    for free_seqs in (0, 1, 2, 3, 5):
+        waiting = [_randint(1, 8) for _ in range(free_seqs + _randint(1, 3))]
+        cases.append(_new(waiting, 1000, 4, _NO_LIMIT, free_seqs))
     _admit_cases(fn, cases)
 
 

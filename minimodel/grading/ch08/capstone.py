@@ -34,7 +34,7 @@ _RUNS: dict[str, object] = {}  # the latest step function's runs, shared by its 
 def _run_case(fn: Callable, case: CapstoneCase) -> dict:
     s = CAPSTONE_SETTINGS
     engine = EngineState(_reference_llm().model, s["page_size"], s["num_pages"],
-                         s["token_budget"], s["max_seqs"])
+                         s["max_num_batched_tokens"], s["max_num_seqs"])
     for p, m in zip(case.prompts, case.max_new, strict=True):
         engine.add_request(p, m)
     out: dict = {"case": case, "engine": engine}

@@ -17,11 +17,10 @@ def _randint(low: int, high: int) -> int:
 
 
 def _scheduler(
-    allocator: PageAllocator, page_size: int, max_seqs: int, token_budget: int
+    allocator: PageAllocator, page_size: int, max_num_seqs: int, max_num_batched_tokens: int
 ) -> Scheduler:
-    return Scheduler(allocator, page_size, max_num_seqs=max_seqs,
-                     max_num_batched_tokens=token_budget, max_model_len=_NO_LIMIT,
-                     eos_token_ids=set())
+    return Scheduler(allocator, page_size, max_num_seqs=max_num_seqs,
+                     max_num_batched_tokens=max_num_batched_tokens, max_model_len=_NO_LIMIT)
 
 
 def _n(k: int, noun: str) -> str:

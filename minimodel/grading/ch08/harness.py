@@ -194,20 +194,21 @@ class EngineState:
     backend: paged attention over the pool; backend.plan(metadata) once per step, before the
         model runs (the model calls it in every layer).
     allocator: the free pages: num_free, allocate(n) -> n page ids, free(pages).
-    page_size, token_budget (tokens per step), max_seqs (requests running at once).
+    page_size, max_num_batched_tokens (tokens per step), max_num_seqs (requests running at once).
     waiting, running: lists of `Sequence` (minimodel/engine/sequence.py), oldest first.
     requests: every request added, by request_id.
     """
 
     def __init__(self, model: torch.nn.Module, page_size: int, num_pages: int,
-                 token_budget: int, max_seqs: int) -> None:
+                 max_num_batched_tokens: int, max_num_seqs: int) -> None:
         param = next(model.parameters())
         self.model = model
         self.kv_cache = KVCache(model.cfg, num_pages, page_size, param.dtype, param.device)
         self.backend = PageTableBackend(TorchBackend(self.kv_cache, model.cfg.num_attention_heads,
                                                      param.dtype))
         self.allocator = _CheckedAllocator(PageAllocator(num_pages))
-        self.page_size, self.token_budget, self.max_seqs = page_size, token_budget, max_seqs
+        self.page_size = page_size
+        self.max_num_batched_tokens, self.max_num_seqs = max_num_batched_tokens, max_num_seqs
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self.requests: list[Sequence] = []

@@ -18,20 +18,20 @@ from minimodel.sampling import SamplingParams
 CAPSTONE_MODEL = "bard"
 # One engine for every case: pages of 4 tokens, 10 pages (40 token slots), at most 16 tokens a
 # step, at most 4 requests running. Small enough that prompts are chunked and pages run out.
-CAPSTONE_SETTINGS = dict(page_size=4, num_pages=10, token_budget=16, max_seqs=4)
+CAPSTONE_SETTINGS = dict(page_size=4, num_pages=10, max_num_batched_tokens=16, max_num_seqs=4)
 _TEXT = ("ROMEO.\nBut soft, what light through yonder window breaks?\nIt is the east, and Juliet "
          "is the sun.\n\nJULIET.\nO Romeo, Romeo, wherefore art thou Romeo?\n\n床前明月光，疑是"
          "地上霜。\n举头望明月，低头思故乡。\n")
 
 
 def engine_schedule(prompt_lens: list[int], max_new: list[int], page_size: int, num_pages: int,
-                    token_budget: int, max_seqs: int
+                    max_num_batched_tokens: int, max_num_seqs: int
                     ) -> tuple[list[list[tuple[int, int]]], list[bool], int, int]:
     """The engine's Scheduler on greedy requests of these lengths, all queued before step 1:
     (request id, new tokens) of every step, which steps were prefill steps, the preemptions
     and the prompt chunks (prefills of part of what a request had left).
     No model is needed: with EOS ignored, what is scheduled depends on the lengths alone."""
-    sched = _scheduler(PageAllocator(num_pages), page_size, max_seqs, token_budget)
+    sched = _scheduler(PageAllocator(num_pages), page_size, max_num_seqs, max_num_batched_tokens)
     seqs = [Sequence(i, [0] * n, SamplingParams(temperature=0.0, max_new_tokens=m,
                                                 ignore_eos=True))
             for i, (n, m) in enumerate(zip(prompt_lens, max_new, strict=True))]
@@ -59,7 +59,7 @@ def _reference_llm():
 
     s = CAPSTONE_SETTINGS
     return LLM(CAPSTONE_MODEL, page_size=s["page_size"], num_pages=s["num_pages"],
-               max_num_batched_tokens=s["token_budget"], max_num_seqs=s["max_seqs"])
+               max_num_batched_tokens=s["max_num_batched_tokens"], max_num_seqs=s["max_num_seqs"])
 
 
 @functools.lru_cache(maxsize=1)
@@ -110,7 +110,8 @@ def _draw_case(tight: bool) -> CapstoneCase:
         try:
             with _engine_quiet():  # a drawn case that fills the pool is dropped, not reported
                 trace, kinds, pre, chunks = engine_schedule(
-                    lens, new, s["page_size"], s["num_pages"], s["token_budget"], s["max_seqs"])
+                    lens, new, s["page_size"], s["num_pages"], s["max_num_batched_tokens"],
+                    s["max_num_seqs"])
         except ValueError:
             continue
         together = max((len(step) for step, k in zip(trace, kinds) if not k), default=0) >= 2
