@@ -66,3 +66,21 @@ def test_bench_card_measures_the_ceiling_and_ends_with_json(small_checkpoint, tm
                                       "decode_tok_per_s", "prefill_flops_per_s"))
     text = "\n".join(lines[:-1])
     assert "ceiling" in text and "memory-bandwidth utilisation" in text and "matmul peak" in text
+
+
+def test_the_layer_step_runs_the_engine_layer_over_its_own_pages():
+    """A prefill of a whole prompt reads none of the noise in the pool; a decode step reads
+    kv_len - 1 cached tokens of it, through the page tables the step planned."""
+    from minimodel.bench.layer_step import LayerStep
+    from minimodel.config import Qwen3Config
+
+    cfg = Qwen3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=8)
+    layer = LayerStep(cfg, page_size=4)
+    for q_len, kv_len, batch, reads_cache in ((7, 7, 2, False), (1, 10, 3, True)):
+        run = layer.prepare(q_len=q_len, kv_len=kv_len, batch=batch)
+        assert layer.kv_cache.num_pages == batch * -(-kv_len // 4)
+        first = run()
+        assert first.shape == (batch * q_len, 64) and torch.isfinite(first).all()
+        layer.kv_cache.pools[0].normal_()  # other noise in every slot
+        assert torch.equal(run(), first) != reads_cache, (q_len, kv_len)

@@ -9,6 +9,7 @@ One job per file, in the order they import each other:
   report.py     the ratios against their targets, the text table, the bar plot
   runners.py    the engine, transformers and the no-cache loop on the same requests
   card.py       the benchmark card: what the hardware allows, then what the engine reaches
+  layer_step.py one engine decoder layer's step, ready to time (chapter 09's roofline points)
   cli.py        the flags, their checks, and the run that writes the JSON and the plot
 """
 

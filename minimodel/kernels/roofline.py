@@ -7,7 +7,6 @@ waits on memory; above it, on arithmetic. Both peaks are measured here, not look
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 
@@ -15,7 +14,6 @@ import torch
 import torch.nn.functional as F
 
 from minimodel.config import Qwen3Config
-from minimodel.ops import causal_mask
 
 
 def best_time(fn: Callable[[], object], device: str = "cpu", repeats: int = 5) -> float:
@@ -79,49 +77,3 @@ def step_cost(
     head = cfg.vocab_size * cfg.hidden_size
     L = cfg.num_hidden_layers
     return L * flops + 2 * batch * head, L * nbytes + head * dtype.itemsize
-
-
-class LayerStep:
-    """One decoder layer of a model's shape with random weights, to time a step of it.
-
-    The same matmuls as the engine's layer (merged qkv and gate_up, o, down) and
-    scaled_dot_product_attention over a KV cache of kv_len tokens per request; norms and RoPE
-    are left out (as in `layer_cost`). Run a step with `step(q_len, kv_len, batch)`.
-    """
-
-    def __init__(self, cfg: Qwen3Config, dtype: torch.dtype = torch.float32,
-                 device: str = "cpu") -> None:
-        C, I, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-        self.cfg, self.dtype, self.device = cfg, dtype, device
-        std = 1 / math.sqrt(C)
-
-        def weight(rows: int, cols: int) -> torch.Tensor:
-            return (torch.randn(rows, cols, device=device) * std).to(dtype)
-
-        self.qkv = weight(cfg.q_size + 2 * cfg.kv_size, C)
-        self.o = weight(C, cfg.q_size)
-        self.gate_up = weight(2 * I, C)
-        self.down = weight(C, I)
-        self.split = [cfg.q_size, cfg.kv_size, cfg.kv_size]
-        self.Hq, self.Hkv, self.D = cfg.num_attention_heads, cfg.num_key_value_heads, D
-
-    def cache(self, kv_len: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Random cached K and V [batch, Hkv, kv_len, D]."""
-        shape = (batch, self.Hkv, kv_len, self.D)
-        return (torch.randn(shape, device=self.device).to(self.dtype),
-                torch.randn(shape, device=self.device).to(self.dtype))
-
-    def step(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-        """x [batch, q_len, C], the new tokens; k/v_cache [batch, Hkv, kv_len, D] hold every
-        token (the new ones are its last q_len) -> [batch, q_len, C]."""
-        B, Q, C = x.shape
-        q, _, _ = F.linear(x, self.qkv).split(self.split, dim=-1)  # new K/V: the cache's last Q
-        q = q.view(B, Q, self.Hq, self.D).transpose(1, 2)  # [B, Hq, Q, D]
-        K = k_cache.shape[2]
-        mask = None
-        if Q > 1:  # bottom-right causal
-            mask = causal_mask(Q, K, x.device)
-        a = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask, enable_gqa=True)
-        h = x + F.linear(a.transpose(1, 2).reshape(B, Q, -1), self.o)
-        gate, up = F.linear(h, self.gate_up).chunk(2, dim=-1)
-        return h + F.linear(F.silu(gate) * up, self.down)
