@@ -199,7 +199,7 @@ def test_every_registered_exercise_is_in_a_solution_notebook():
 
 
 # What a notebook may take from the graders: the check itself, the loader, and the harness a
-# capstone builds on. Anything else in minimodel/grading/chNN.py is an oracle (the grader's own
+# capstone builds on. Anything else in minimodel/grading/chNN/ is an oracle (the grader's own
 # answer, with the exercise's signature): a notebook that imports it hands the answer out.
 NOTEBOOK_API = {"minimodel.grading.ch08": {"EngineState"}}
 
@@ -214,12 +214,12 @@ def grader_imports() -> list[tuple[str, int, str, str]]:
                             for ln in _src(cell).splitlines())
             for node in ast.walk(ast.parse(src)):
                 if isinstance(node, ast.ImportFrom) and re.fullmatch(
-                        r"minimodel\.grading\.ch\d\d", node.module or ""):
+                        r"minimodel\.grading\.ch\d\d(\.\w+)?", node.module or ""):
                     out += [(f"{nb.parent.name}/{nb.name}", i, node.module, a.name)
                             for a in node.names]
                 elif isinstance(node, ast.Import):
                     out += [(f"{nb.parent.name}/{nb.name}", i, a.name, "*") for a in node.names
-                            if re.fullmatch(r"minimodel\.grading\.ch\d\d", a.name)]
+                            if re.fullmatch(r"minimodel\.grading\.ch\d\d(\.\w+)?", a.name)]
     return out
 
 

@@ -728,7 +728,7 @@ def test_perm_hints_do_not_hand_over_the_permutation():
 
 def test_converted_bard_layer_with_the_learners_pieces():
     """The two exercises compose: interleaved RoPE on converted weights is rotate-half."""
-    from minimodel.grading.ch02 import _attention_layer, _layer_weights
+    from minimodel.grading.ch02.permutation import _attention_layer, _layer_weights
 
     w = _layer_weights(4, 2, 16, 32)
     x, positions = torch.randn(5, 32), torch.arange(5) + 40

@@ -443,7 +443,7 @@ def test_tp_wrong_with_one_rank_fails_fast():
 def test_unsaved_notebook_edits_are_named(tmp_path):
     """A function whose saved notebook definition differs from the running one is named, so
     the message can say to save the notebook before the ranks load it."""
-    from minimodel.grading.ch10 import _unsaved
+    from minimodel.grading.ch10.ranks import _unsaved
 
     live = tmp_path / "live_mod.py"
     live.write_text("def shard_qkv(w):\n    return w\n\n\ndef tp_decoder_layer(w):\n"

@@ -3,8 +3,10 @@
     from minimodel.grading import check
     check("ch03.causal_mask", causal_mask)
 
-Checks live in one module per chapter (`minimodel/grading/ch03.py`, ...) and register
-themselves with `@exercise(name, title)`.
+Checks live in one package per chapter (`minimodel/grading/ch03/`: a module per exercise, and
+`common.py` for what they share; chapter 01's few checks are one file, `ch01.py`) and register
+themselves with `@exercise(name, title)`. `oracles.py` holds the answers several chapters
+compare with, `common.py` the helpers of their messages.
 """
 
 from minimodel.grading.core import (

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
+from minimodel.grading.common import clip, first_difference
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
 from minimodel.packing import pack as reference_pack
 
@@ -26,6 +27,7 @@ EMBED_DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 def _embed_inputs(
     B: int, T: int, V: int, C: int, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random ids [B, T] (0 and V-1 among them) and a random table [V, C] in `dtype`."""
     table = torch.randn(V, C).to(dtype)  # [V, C]
     ids = torch.randint(0, V, (B, T))  # [B, T]
     ids.view(-1)[0] = 0  # the first and the last row of the table are always asked for
@@ -49,34 +51,38 @@ def _embed_hint(out: torch.Tensor, ids: torch.Tensor, table: torch.Tensor) -> st
     return ""
 
 
-@exercise("ch01.embed", "returns [B, T, C] in the table's dtype, for several sizes and dtypes")
-def _embed_shape(fn: Callable) -> str:
+def _embed_runs(fn: Callable) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(ids, table, fn(ids, table)) for every case and dtype, once the output's shape is checked
+    to be [B, T, C]."""
     for B, T, V, C in EMBED_CASES:
         for dtype in EMBED_DTYPES:
             ids, table = _embed_inputs(B, T, V, C, dtype)
             out = fn(ids, table)
             expect_shape(out, (B, T, C), f"embed(ids [{B}, {T}], table [{V}, {C}])")
-            expect(out.dtype == dtype,
-                   f"with a {dtype} table the embeddings should be {dtype}, got {out.dtype}")
+            yield ids, table, out
+
+
+@exercise("ch01.embed", "returns [B, T, C] in the table's dtype, for several sizes and dtypes")
+def _embed_shape(fn: Callable) -> str:
+    for _, table, out in _embed_runs(fn):
+        expect(out.dtype == table.dtype, f"with a {table.dtype} table the embeddings should be "
+                                         f"{table.dtype}, got {out.dtype}")
     return f"{len(EMBED_CASES) * len(EMBED_DTYPES)} cases"
 
 
 @exercise("ch01.embed", "out[b, t] is row ids[b, t] of the table, exactly")
 def _embed_values(fn: Callable) -> str:
-    for B, T, V, C in EMBED_CASES:
-        for dtype in EMBED_DTYPES:
-            ids, table = _embed_inputs(B, T, V, C, dtype)
-            out = fn(ids, table)
-            expect_shape(out, (B, T, C), f"embed(ids [{B}, {T}], table [{V}, {C}])")
-            want = table[ids]  # [B, T, C]
-            bad = (out.float() - want.float()).abs().amax(-1) > 0  # [B, T]
-            if bad.any():
-                b, t = (int(i) for i in bad.nonzero()[0])
-                raise CheckFailed(
-                    f"with ids [{B}, {T}] and a [{V}, {C}] {dtype} table, out[{b}, {t}] should "
-                    f"be row {int(ids[b, t])} of the table, but it is not"
-                    + _embed_hint(out, ids, table)
-                )
+    for ids, table, out in _embed_runs(fn):
+        want = table[ids]  # [B, T, C]
+        bad = (out.float() - want.float()).abs().amax(-1) > 0  # [B, T]
+        if bad.any():
+            b, t = (int(i) for i in bad.nonzero()[0])
+            (B, T), (V, C) = ids.shape, table.shape
+            raise CheckFailed(
+                f"with ids [{B}, {T}] and a [{V}, {C}] {table.dtype} table, out[{b}, {t}] should "
+                f"be row {int(ids[b, t])} of the table, but it is not"
+                + _embed_hint(out, ids, table)
+            )
     return "checked every position, ids 0 and V-1 included"
 
 
@@ -107,10 +113,12 @@ def _ragged_batches() -> list[list[list[int]]]:
 
 
 def _pack_of(seqs: list[list[int]]) -> str:
+    """How a call of pack on `seqs` is named in a message."""
     return f"pack of {len(seqs)} sequence{'s' if len(seqs) != 1 else ''}"
 
 
 def _unpack_result(out: object, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """pack's result, checked to be a tuple (ids, indptr) of 1-D Long tensors."""
     expect(isinstance(out, (tuple, list)) and len(out) == 2,
            f"{what} should return a tuple (ids, indptr), got {type(out).__name__}")
     ids, indptr = out  # type: ignore[misc]
@@ -156,7 +164,7 @@ def _pack_ids(fn: Callable) -> None:
                f"for lengths {lens}, ids should hold the {len(want)} real tokens and nothing "
                f"else (no padding), got {len(got)} ids")
         if got != want:
-            k = next(k for k, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
+            k = first_difference(got, want)
             i = next(i for i in range(len(seqs)) if k < sum(lens[: i + 1]))
             raise CheckFailed(
                 f"for lengths {lens}, ids[{k}] should be token {k - sum(lens[:i])} of sequence "
@@ -177,6 +185,7 @@ def _pack_pure(fn: Callable) -> None:
 
 
 def _positions_of(lens: list[int]) -> list[int]:
+    """The grader's own packed positions: 0..n-1 for a sequence of n tokens, one after another."""
     return [p for n in lens for p in range(n)]
 
 
@@ -213,8 +222,7 @@ def _pos_values(fn: Callable) -> None:
                 hint = ": they start at 1; the first token of a sequence is at position 0"
             raise CheckFailed(
                 f"for lengths {lens} (indptr {indptr.tolist()}) the positions should be "
-                f"{want[:16]}{'...' if len(want) > 16 else ''}, got "
-                f"{got[:16]}{'...' if len(got) > 16 else ''}{hint}"
+                f"{clip(want, 16)}, got {clip(got, 16)}{hint}"
             )
 
 
