@@ -219,4 +219,8 @@ def test_generation_config_eos_still_read(tmp_path: Path):
     folder = tmp_path / "model"
     shutil.copytree(mm.resolve_model("tiny"), folder)
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 8]}))
-    assert LLM(folder, device="cpu", num_pages=8).scheduler.eos_token_ids == {7, 8}
+    llm = LLM(folder, device="cpu", num_pages=8)
+    assert llm.config.eos_token_ids == {7, 8}
+    # every request stops at them: a Sequence carries the ids its stop_reason reads
+    request_id = llm.add_request([1, 2, 3], mm.SamplingParams(max_tokens=4))
+    assert llm._active[request_id].eos_token_ids == {7, 8}
