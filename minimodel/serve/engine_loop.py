@@ -156,7 +156,7 @@ class EngineLoop:
             return "The server is shutting down."
         if self._thread is None or not self._thread.is_alive():
             return "The engine thread is not running."
-        closed = getattr(self.llm.runner, "closed", None)
+        closed = self.llm.runner.closed
         if closed:
             return f"The engine is closed ({closed}); restart the server."
         return None
@@ -301,7 +301,7 @@ class EngineLoop:
     def _fail(self, request_ids: list[int], err: Exception) -> None:
         """Abort these requests and tell their handlers: HTTP 500, or an error event; 503 if
         the engine can serve no more (a closed tensor-parallel LLM)."""
-        closed = getattr(self.llm.runner, "closed", None)
+        closed = self.llm.runner.closed
         status = 503 if closed else 500
         for rid in request_ids:
             self.llm.abort(rid)

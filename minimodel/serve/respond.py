@@ -109,7 +109,7 @@ async def answer(request: Request, engine: EngineLoop, tokenizer: Tokenizer, rep
     choices = []
     for i, out in enumerate(outputs):
         lp = (reply.logprobs_of(tokenizer, out.token_ids, out.logprobs,
-                                getattr(out, "top_logprobs", None)) if reply.logprobs else None)
+                                out.top_logprobs) if reply.logprobs else None)
         text = out.text if reply.echoed is None else reply.echoed[i] + out.text
         choices.append(reply.kind.choice(i, text, lp, out.finish_reason))
     completion_tokens = sum(len(o.token_ids) for o in outputs)
