@@ -21,6 +21,7 @@ from minimodel.config import Qwen3Config, eos_token_ids
 from minimodel.engine import cuda_graph
 from minimodel.engine.flashinfer_env import select_backend
 from minimodel.engine.kv_cache import KVCache, pages_needed
+from minimodel.engine.quantization import check_quantization
 from minimodel.hub import resolve_model
 from minimodel.layers import TPConfigError, check_tensor_parallel_size
 
@@ -62,6 +63,8 @@ class EngineConfig:
     tensor_parallel_size: int
     eos_token_ids: frozenset[int]
     threads_per_rank: int  # torch threads of each rank: this process's, split between ranks
+    quantization: str | None  # None, "int8" or "int4": weight-only (engine/quantization.py)
+    tune_kernels: bool  # on a CPU, each product the fastest measured way (kernel_choice.py)
     # Room for what comes next: a radix tree over shared pages, draft tokens checked per step.
     enable_prefix_caching: bool = False
     num_speculative_tokens: int = 0
@@ -82,6 +85,8 @@ class EngineConfig:
         enforce_eager: bool = False,
         skip_tokenizer_init: bool = False,
         tensor_parallel_size: int = 1,
+        quantization: str | None = None,
+        tune_kernels: bool = True,
     ) -> EngineConfig:
         """Check every setting before anything is loaded; a ValueError names the one that is
         wrong and what it may be (TPConfigError, a ValueError, for tensor_parallel_size)."""
@@ -93,10 +98,12 @@ class EngineConfig:
             raise ValueError(f"kv_cache_bytes must be None or an integer >= 1 (bytes), got "
                              f"{kv_cache_bytes!r}.")
         for name, flag in (("enforce_eager", enforce_eager),
-                           ("skip_tokenizer_init", skip_tokenizer_init)):
+                           ("skip_tokenizer_init", skip_tokenizer_init),
+                           ("tune_kernels", tune_kernels)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be True or False, got {flag!r}.")
         dev = resolve_device(device)
+        quantization = check_quantization(quantization, dev)
         folder = resolve_model(model)
         hf_config = Qwen3Config.from_pretrained(folder)
         torch_dtype = resolve_dtype(dtype, dev)
@@ -122,6 +129,7 @@ class EngineConfig:
             tensor_parallel_size=tp,
             eos_token_ids=frozenset(eos_token_ids(folder, hf_config.eos_token_id) or ()),
             threads_per_rank=max(1, torch.get_num_threads() // tp),
+            quantization=quantization, tune_kernels=tune_kernels,
         )
 
     @property

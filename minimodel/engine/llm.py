@@ -84,6 +84,11 @@ class LLM:
     tensor_parallel_size: processes that split every layer's heads between them (engine/
         parallel.py): gloo on CPU, NCCL on CUDA; checked before any process starts. Call
         `close()` (or use `with LLM(...) as llm:`) to stop them.
+    quantization: None, "int8" or "int4" (CPU): weight-only, through torchao, for the linear
+        layers and the LM head; the embedding stays exact (engine/quantization.py).
+    tune_kernels: on a CPU, time each layer's product in a few formulations per row count
+        once (cached under $MINIMODEL_HOME) and run the fastest; `self.kernel_choices` says
+        what was chosen (engine/kernel_choice.py). False: F.linear everywhere. CUDA: F.linear.
     """
 
     def __init__(self, model: str | os.PathLike[str] = "tiny", **settings: Any) -> None:
@@ -97,6 +102,8 @@ class LLM:
         if self.device.type == "cuda" and self.device.index is not None:
             torch.cuda.set_device(self.device)  # kernels, graph capture and FlashInfer use it
         self.model = load_shard(config, 0, self.device)  # rank 0's shards (all, with one rank)
+        self.quantization = config.quantization
+        self.kernel_choices = self.model.kernel_choices  # rank 0's, measured or read (CPU)
         self.config = config = config.with_pool()  # sized once the weights take their memory
         self.runner = (ModelRunner(config, self.model) if config.tensor_parallel_size == 1
                        else parallel.ParallelRunner(config, self.model))

@@ -16,18 +16,25 @@ from minimodel.config import Qwen3Config
 from minimodel.engine.attention import BACKENDS, AttentionMetadata, build_metadata
 from minimodel.engine.config import EngineConfig
 from minimodel.engine.cuda_graph import CUDAGraphRunner
+from minimodel.engine.kernel_choice import choose_kernels
 from minimodel.engine.kv_cache import KVCache
 from minimodel.engine.model import PackedQwen3ForCausalLM
+from minimodel.engine.quantization import quantize_model
 from minimodel.engine.scheduler import ScheduledBatch
 from minimodel.layers import tensor_parallel
 from minimodel.sampling import Sampler
 
 
 def load_shard(config: EngineConfig, rank: int, device: torch.device) -> PackedQwen3ForCausalLM:
-    """Rank `rank`'s shards of every layer (the whole model with one rank), on `device`."""
+    """Rank `rank`'s shards of every layer (the whole model with one rank), on `device`:
+    quantized if asked, and on a CPU each product bound to its fastest measured formulation
+    (`model.kernel_choices`)."""
     with tensor_parallel(rank, config.tensor_parallel_size):
-        return PackedQwen3ForCausalLM.from_pretrained(config.folder, config.dtype, device,
-                                                max_positions=config.max_model_len)
+        model = PackedQwen3ForCausalLM.from_pretrained(config.folder, config.dtype, device,
+                                                       max_positions=config.max_model_len)
+    quantize_model(model, config.quantization)
+    model.kernel_choices = choose_kernels(model) if config.tune_kernels else []
+    return model
 
 
 class ModelRunner:

@@ -14,6 +14,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from minimodel.kernels.matmul import LinearKernels
 from minimodel.layers.state import get_tp
 from minimodel.ops import ceil_div
 
@@ -53,13 +54,17 @@ class ParallelLMHead(VocabParallelEmbedding):
     """logits = hidden @ table.T, computed per vocabulary shard and gathered on rank 0.
 
     `forward` returns [B, V] on rank 0 and None on the other ranks (every rank must call it).
+    On a CPU `kernels` (set by the engine) runs the product the fastest measured way.
     """
+
+    kernels: LinearKernels | None = None
 
     def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
         super().__init__(num_embeddings, embedding_dim)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor | None:
-        local = F.linear(hidden, self.weight)  # [B, Vp]
+        local = (F.linear(hidden, self.weight) if self.kernels is None
+                 else self.kernels(hidden, self.weight, None))  # [B, Vp]
         if self.tp_size == 1:
             return local
         parts = [torch.empty_like(local) for _ in range(self.tp_size)] if self.tp_rank == 0 \

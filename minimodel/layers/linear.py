@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from minimodel.kernels.matmul import LinearKernels
 from minimodel.layers.state import divide, get_tp, local_heads
 
 
@@ -22,7 +23,11 @@ class _LinearBase(nn.Module):
     """weight [out_local, in_local] (+ bias [out_local]); `full_shapes` holds the unsharded ones.
 
     The loader lives on the module, not on the Parameter, so that it survives `to_empty`.
+    `product(x, bias)` is y = x @ W.T + bias: F.linear, or on a CPU the formulation measured
+    fastest for x's row count (`kernels`, set by the engine: minimodel/kernels/matmul.py).
     """
+
+    kernels: LinearKernels | None = None
 
     def __init__(self, in_local: int, out_local: int, bias: bool, full_in: int,
                  full_out: int) -> None:
@@ -48,6 +53,11 @@ class _LinearBase(nn.Module):
             raise ValueError(f"expected the full tensor of shape {want}, got {tuple(full.shape)}")
         param.copy_(self.shard(full, is_bias).to(param.dtype))
 
+    def product(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if self.kernels is None:
+            return F.linear(x, self.weight, bias)
+        return self.kernels(x, self.weight, bias)
+
 
 class ColumnParallelLinear(_LinearBase):
     """W [out, in] split by output rows: rank r holds rows r*out/N .. (r+1)*out/N - 1."""
@@ -61,7 +71,7 @@ class ColumnParallelLinear(_LinearBase):
         return full.chunk(self.tp_size, dim=0)[self.tp_rank]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)  # [N, out/N]: this rank's columns of y
+        return self.product(x, self.bias)  # [N, out/N]: this rank's columns of y
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -120,7 +130,7 @@ class QKVParallelLinear(_LinearBase):
         return full.index_select(0, rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)  # [N, (hq + 2 hkv) D]
+        return self.product(x, self.bias)  # [N, (hq + 2 hkv) D]
 
 
 class RowParallelLinear(_LinearBase):
@@ -140,7 +150,7 @@ class RowParallelLinear(_LinearBase):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = self.bias if self.tp_rank == 0 else None
-        y = F.linear(x, self.weight, bias)  # [N, out]: this rank's partial sum
+        y = self.product(x, bias)  # [N, out]: this rank's partial sum
         if self.tp_size > 1:
             dist.all_reduce(y)
         return y

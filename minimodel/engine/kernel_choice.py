@@ -1,0 +1,92 @@
+"""Bind every linear layer and the LM head to the product measured fastest on this CPU.
+
+When an LLM starts on a CPU, each distinct (weight shape, weight kind) of its layers is timed
+once per row bucket (1, 2, 4, 8, 16, 32 rows: a decode step's requests) in every formulation
+that can run it (minimodel/kernels/matmul.py), unless this machine's table under
+$MINIMODEL_HOME already holds the choice. Each layer then keeps its choice per bucket and the
+prepacked weights the choice needs. On CUDA nothing changes: every product is F.linear.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from minimodel.engine.quantization import quantized_layers
+from minimodel.kernels.matmul import ROW_BUCKETS, KernelTable, LinearKernels, candidates
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """What one (weight shape, kind) of this model runs: its layers, the choice per bucket,
+    whether it was measured in this start (else read from the table) and the seconds."""
+
+    shape: tuple[int, int]
+    kind: str
+    layers: list[str]
+    choices: dict[int, str]
+    measured: bool
+    seconds: dict[str, dict[str, float]]
+
+    def describe(self) -> str:
+        """'151936x1024 float32 (lm_head): 1-4 rows mkldnn, 8-32 rows matmul_t'."""
+        runs: list[tuple[int, int, str]] = []
+        for bucket in ROW_BUCKETS:
+            name = self.choices[bucket]
+            if runs and runs[-1][2] == name:
+                runs[-1] = (runs[-1][0], bucket, name)
+            else:
+                runs.append((bucket, bucket, name))
+        text = ", ".join(f"{lo}{'' if lo == hi else f'-{hi}'} rows {name}"
+                         for lo, hi, name in runs)
+        names = {name.split(".")[-1] for name in self.layers}
+        return f"{self.shape[0]}x{self.shape[1]} {self.kind} ({', '.join(sorted(names))}): {text}"
+
+
+def choose_kernels(model: nn.Module, table: KernelTable | None = None) -> list[KernelChoice]:
+    """Bind each layer's `kernels` (CPU only; [] and nothing bound on CUDA), measuring what the
+    table lacks and saving it."""
+    layers = [(name, m) for name, m in quantized_layers(model) if m.weight.device.type == "cpu"]
+    if not layers:
+        return []
+    table = table or KernelTable()
+    groups: dict[str, list[tuple[str, nn.Module]]] = {}
+    for name, module in layers:
+        groups.setdefault(table.key(module.weight), []).append((name, module))
+    report, changed = [], False
+    for key, members in groups.items():
+        weight = members[0][1].weight
+        if len(candidates(weight)) == 1:
+            continue  # nothing to choose between: F.linear (torchao's own kernel for int4)
+        choices = table.get(weight)
+        measured = choices is None
+        if measured:
+            choices = table.measure(weight)
+            changed = True
+        for _, module in members:
+            module.kernels = LinearKernels(module.weight, choices)
+        report.append(KernelChoice(tuple(weight.shape), key.split(":", 1)[1],
+                                   [name for name, _ in members], choices, measured,
+                                   table.seconds.get(key, {})))
+    if changed:
+        table.save()
+    return report
+
+
+def unbind_kernels(model: nn.Module) -> None:
+    """Every layer back to F.linear (and its prepacked copies freed)."""
+    for _, module in quantized_layers(model):
+        module.kernels = None
+
+
+def packed_bytes(model: nn.Module) -> int:
+    """Bytes of the prepacked weight copies the bound layers keep (tied weights count once)."""
+    seen, total = set(), 0
+    for _, module in quantized_layers(model):
+        kernels = module.kernels
+        if kernels is not None and id(kernels) not in seen:
+            seen.add(id(kernels))
+            total += kernels.packed_bytes
+    return total
+

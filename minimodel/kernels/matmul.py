@@ -1,0 +1,263 @@
+"""The same product y = x @ W.T written several ways, and the fastest one for each shape, measured.
+
+In a decode step x has a handful of rows (one per request) and W is a whole weight: the step is
+a pass over W's bytes, bound by memory bandwidth. How close a product comes to that bound
+depends on the kernel a library picks for the shape, and on a CPU the differences are large
+(chapter 09): with 2 to 16 rows `F.linear` can read W several times slower than the same
+product written `W @ X.T`, and a weight prepacked once into oneDNN's blocked layout is faster
+still. Real engines choose a kernel per shape (vLLM's and SGLang's GEMM dispatch, torch.compile's
+autotuning); this module does it the plain way: time each formulation once per (weight shape,
+weight kind, row bucket) on this machine, keep the fastest, cache the choice.
+
+- `FORMULATIONS`: name -> the product written one way (`linear`, `matmul_t`, `mkldnn`,
+  `int8pack` for torchao's int8 weights).
+- `candidates(weight)`: the formulations that can run a weight.
+- `time_formulations(weight, rows, names)`: seconds per product, best of a few, interleaved.
+- `LinearKernels`: one layer's choice per row bucket, with its prepacked weights.
+- `KernelTable`: the choices measured on this machine, in a JSON file under $MINIMODEL_HOME.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from minimodel.home import minimodel_home, write_atomic
+
+ROW_BUCKETS = (1, 2, 4, 8, 16, 32)  # a decode step's rows (requests); more rows use F.linear
+TABLE_VERSION = 1  # bump when the formulations or the measurement change: old choices go
+
+
+def row_bucket(rows: int) -> int | None:
+    """The smallest bucket holding `rows` rows, or None above the largest (prefill: F.linear)."""
+    return next((b for b in ROW_BUCKETS if rows <= b), None)
+
+
+def weight_kind(weight: torch.Tensor) -> str:
+    """"float32", "bfloat16", ... for a plain weight; "int8" / "int4" for torchao's quantized
+    ones (their class names: Int8Tensor, Int4OpaqueTensor, ...)."""
+    name = type(weight).__name__
+    for kind in ("int8", "int4"):
+        if name.lower().startswith(kind):
+            return kind
+    return str(weight.dtype).removeprefix("torch.")
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor, packed: object, bias: torch.Tensor | None
+            ) -> torch.Tensor:
+    return F.linear(x, w, bias)
+
+
+def _matmul_t(x: torch.Tensor, w: torch.Tensor, packed: object, bias: torch.Tensor | None
+              ) -> torch.Tensor:
+    # W @ X.T is [out, rows]; BLAS sees a product with few columns rather than few rows
+    y = (w @ x.t()).t().contiguous()
+    return y if bias is None else y + bias
+
+
+def _pack_mkldnn(w: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(w.detach(), None)
+
+
+def _mkldnn(x: torch.Tensor, w: torch.Tensor, packed: object, bias: torch.Tensor | None
+            ) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+
+
+def _pack_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return w.qdata, w.scale.reshape(-1)  # type: ignore[attr-defined]
+
+
+def _int8pack(x: torch.Tensor, w: torch.Tensor, packed: object, bias: torch.Tensor | None
+              ) -> torch.Tensor:
+    qdata, scale = packed  # type: ignore[misc]
+    y = torch.ops.aten._weight_int8pack_mm(x.contiguous(), qdata, scale.to(x.dtype))
+    return y if bias is None else y + bias
+
+
+@dataclass(frozen=True)
+class Formulation:
+    """One way to write y = x @ W.T (+ bias): `run(x, W, packed, bias)`, with `pack(W)` done
+    once when the layer is bound (None: nothing to prepare)."""
+
+    name: str
+    run: Callable[..., torch.Tensor]
+    pack: Callable[[torch.Tensor], object] | None
+    about: str
+
+
+FORMULATIONS = {f.name: f for f in (
+    Formulation("linear", _linear, None, "F.linear(x, W): the call every layer makes"),
+    Formulation("matmul_t", _matmul_t, None, "(W @ x.T).T: the same product, transposed"),
+    Formulation("mkldnn", _mkldnn, _pack_mkldnn,
+                "oneDNN's linear on W prepacked once into its blocked layout"),
+    Formulation("int8pack", _int8pack, _pack_int8,
+                "aten._weight_int8pack_mm on torchao's int8 weight and per-row scales"),
+)}
+
+
+def candidates(weight: torch.Tensor) -> list[str]:
+    """The formulations that can run this CPU weight, `linear` first (the reference)."""
+    if weight.device.type != "cpu" or weight.dim() != 2:
+        return ["linear"]
+    kind = weight_kind(weight)
+    if kind == "int8":
+        scale = getattr(weight, "scale", None)
+        per_row = scale is not None and scale.numel() == weight.shape[0]
+        return ["linear", "int8pack"] if per_row else ["linear"]
+    if type(weight) not in (torch.Tensor, torch.nn.Parameter):
+        return ["linear"]  # another tensor subclass (int4): its own kernel behind F.linear
+    names = ["linear", "matmul_t"]
+    if torch.backends.mkldnn.is_available() and weight.dtype in (torch.float32, torch.bfloat16):
+        names.append("mkldnn")
+    return names
+
+
+def time_formulations(weight: torch.Tensor, rows: int, names: list[str], repeats: int = 5,
+                      packed: dict[str, object] | None = None) -> dict[str, float]:
+    """Seconds of one product with `rows` rows for each formulation: the fastest of `repeats`,
+    the formulations taking turns so that a busy moment slows them all alike."""
+    dtype = weight.dtype  # the activations' (a quantized weight reports its model's dtype)
+    generator = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, weight.shape[1], generator=generator).to(dtype)
+    packed = dict(packed or {})
+    for name in names:
+        pack = FORMULATIONS[name].pack
+        if name not in packed and pack is not None:
+            packed[name] = pack(weight)
+    best = dict.fromkeys(names, float("inf"))
+    with torch.inference_mode():
+        for name in names:  # warm-up: first calls allocate and pick code paths
+            FORMULATIONS[name].run(x, weight, packed.get(name), None)
+        for _ in range(repeats):
+            for name in names:
+                start = time.perf_counter()
+                FORMULATIONS[name].run(x, weight, packed.get(name), None)
+                best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+class LinearKernels:
+    """One layer's product: the chosen formulation per row bucket, with what it prepacked.
+
+    `__call__(x, weight, bias)` runs x [rows, in] with the choice for its bucket; more rows
+    than the largest bucket, or x with another shape, take F.linear.
+    """
+
+    def __init__(self, weight: torch.Tensor, choices: dict[int, str]) -> None:
+        self.choices = dict(choices)
+        self.packed = {name: FORMULATIONS[name].pack(weight)  # type: ignore[misc]
+                       for name in set(choices.values()) if FORMULATIONS[name].pack}
+        self._by_rows: list[tuple[Callable[..., torch.Tensor], object]] = [
+            (_linear, None)]  # rows 0
+        for rows in range(1, ROW_BUCKETS[-1] + 1):
+            name = self.choices.get(row_bucket(rows), "linear")  # type: ignore[arg-type]
+            self._by_rows.append((FORMULATIONS[name].run, self.packed.get(name)))
+
+    @property
+    def packed_bytes(self) -> int:
+        """Bytes of the prepacked copies this layer keeps beside its weight (int8pack's are
+        views of the quantized weight: none)."""
+        return sum(v.numel() * v.element_size() for v in self.packed.values()
+                   if isinstance(v, torch.Tensor))
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+                 ) -> torch.Tensor:
+        if x.dim() != 2 or x.shape[0] > ROW_BUCKETS[-1]:
+            return F.linear(x, weight, bias)
+        run, packed = self._by_rows[x.shape[0]]
+        return run(x, weight, packed, bias)
+
+
+def machine_key() -> str:
+    """What a measured choice depends on: the CPU, torch's version and threads, oneDNN."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags")):
+                cpu += "|" + line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    break
+    except OSError:
+        pass
+    parts = [cpu, torch.__version__, str(torch.get_num_threads()),
+             str(torch.backends.mkldnn.is_available()), str(TABLE_VERSION)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+class KernelTable:
+    """The choices measured on this machine: {"<out>x<in>:<kind>": {"<bucket>": name}} (kind:
+    the weight's dtype, or e.g. "int8:bfloat16" for int8 weights and bfloat16 activations), in
+    $MINIMODEL_HOME/kernels/<machine key>.json (the key changes with the CPU, torch's version
+    and thread count, so another machine, or the same one with other threads, measures anew).
+    Delete the file to measure again."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or minimodel_home() / "kernels" / f"{machine_key()}.json"
+        self.choices: dict[str, dict[str, str]] = {}
+        self.seconds: dict[str, dict[str, dict[str, float]]] = {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            if data.get("version") == TABLE_VERSION:
+                self.choices = data.get("choices", {})
+                self.seconds = data.get("seconds", {})
+        except (OSError, ValueError, AttributeError):
+            pass  # none yet, or unreadable: measure again
+
+    @staticmethod
+    def key(weight: torch.Tensor) -> str:
+        out, inp = weight.shape
+        kind, dtype = weight_kind(weight), str(weight.dtype).removeprefix("torch.")
+        return f"{out}x{inp}:{kind}" if kind == dtype else f"{out}x{inp}:{kind}:{dtype}"
+
+    def get(self, weight: torch.Tensor) -> dict[int, str] | None:
+        found = self.choices.get(self.key(weight))
+        if found is None or any(str(b) not in found for b in ROW_BUCKETS):
+            return None
+        if any(name not in candidates(weight) for name in found.values()):
+            return None  # a formulation this machine can no longer run: measure again
+        return {int(b): name for b, name in found.items()}
+
+    def measure(self, weight: torch.Tensor, repeats: int = 5) -> dict[int, str]:
+        """Time every candidate at every row bucket on this weight; keep and return the
+        fastest per bucket (saved with `save`)."""
+        names = candidates(weight)
+        packed = {n: FORMULATIONS[n].pack(weight) for n in names  # type: ignore[misc]
+                  if FORMULATIONS[n].pack}
+        chosen, seconds = {}, {}
+        for bucket in ROW_BUCKETS:
+            times = time_formulations(weight, bucket, names, repeats, packed)
+            chosen[bucket] = min(times, key=times.__getitem__)
+            seconds[str(bucket)] = times
+        key = self.key(weight)
+        self.choices[key] = {str(b): n for b, n in chosen.items()}
+        self.seconds[key] = seconds
+        return chosen
+
+    def save(self) -> None:
+        """Write the table (atomically: a reader sees the old file or the new one). Choices
+        another process saved meanwhile are kept; a folder that cannot be written is only a
+        cost (the next start measures again), never an error."""
+        try:
+            old = json.loads(self.path.read_text(encoding="utf-8"))
+            if old.get("version") == TABLE_VERSION:
+                self.choices = {**old.get("choices", {}), **self.choices}
+                self.seconds = {**old.get("seconds", {}), **self.seconds}
+        except (OSError, ValueError, AttributeError):
+            pass
+        data = {"version": TABLE_VERSION, "torch": torch.__version__,
+                "threads": torch.get_num_threads(), "choices": self.choices,
+                "seconds": self.seconds}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+        except OSError:
+            pass
