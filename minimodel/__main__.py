@@ -25,6 +25,22 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int_at_least(0), default=0, help="0 = off")
     p.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
     p.add_argument("--seed", type=int64, default=None, help="any 64-bit integer")
+    _quantization_arg(p)
+
+
+def _quantization_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quantization", default=None, choices=["int8", "int4"],
+                   help="weight-only int8 or int4 (torchao) for the linear layers and the LM "
+                        "head; computes in bfloat16 unless --dtype says otherwise")
+
+
+def _dtype(device: str, asked: str | None, quantization: str | None):
+    """--dtype, or by default bfloat16 on CUDA or with quantized weights, else float32."""
+    import torch
+
+    if asked not in (None, "auto"):
+        return asked
+    return torch.bfloat16 if device.startswith("cuda") or quantization else torch.float32
 
 
 def _cuda() -> bool:
@@ -41,12 +57,10 @@ def _params(args: argparse.Namespace):
 
 
 def _llm(args: argparse.Namespace):
-    import torch
-
     from minimodel.engine import LLM
 
-    dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
-    return LLM(args.model, device=args.device, dtype=dtype)
+    return LLM(args.model, device=args.device, quantization=args.quantization,
+               dtype=_dtype(args.device, None, args.quantization))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -131,20 +145,15 @@ def _check_can_listen(host: str, port: int) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import torch
-
     from minimodel.engine import LLM
     from minimodel.serve import serve
 
     model = _serve_model(args)
     _check_can_listen(args.host, args.port)
-    if args.dtype == "auto":
-        dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
-    else:
-        dtype = args.dtype
+    dtype = _dtype(args.device, args.dtype, args.quantization)
     with LLM(model, device=args.device, dtype=dtype, max_num_seqs=args.max_num_seqs,
              num_pages=args.num_pages, tensor_parallel_size=args.tensor_parallel_size,
-             max_model_len=args.max_model_len) as llm:
+             max_model_len=args.max_model_len, quantization=args.quantization) as llm:
         name = args.served_model_name or model
         print(f"minimodel: serving {name!r} on http://{args.host}:{args.port} "
               f"(OpenAI API under /v1; Ctrl-C stops)", flush=True)
@@ -197,6 +206,22 @@ def info_rows() -> list[tuple[str, str]]:
     rows.append(("auto picks", f"{report['auto']['backend']} ({report['auto']['reason']})"))
     graphs = report["cuda_graphs"]
     rows.append(("cuda graphs", f"{'on' if graphs['available'] else 'off'} ({graphs['reason']})"))
+    rows += kernel_rows()
+    return rows
+
+
+def kernel_rows() -> list[tuple[str, str]]:
+    """What this machine's kernel table holds: per weight shape and kind, the product chosen
+    for each row bucket (minimodel/kernels/matmul.py; measured when an LLM first starts)."""
+    from minimodel.kernels.matmul import KernelTable, describe_choices
+
+    table = KernelTable()
+    if not table.choices:
+        return [("cpu kernels", f"none measured yet for this CPU and thread count ({table.path} "
+                                "is written when an LLM first starts on the CPU)")]
+    rows = [("cpu kernels", f"{table.path} (delete it to measure again)")]
+    for key, choices in sorted(table.choices.items()):
+        rows.append(("", f"{key}: {describe_choices({int(b): n for b, n in choices.items()})}"))
     return rows
 
 
@@ -294,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="KV pages (default: sized from memory, 1 GiB on a CPU)")
     p.add_argument("--tensor-parallel-size", type=positive_int, default=1,
                    help="processes that split the model (chapter 10)")
+    _quantization_arg(p)
     p.add_argument("--max-requests", type=positive_int, default=256,
                    help="requests held at once (running + waiting); more get HTTP 429")
     p.add_argument("--log-level", default="info",

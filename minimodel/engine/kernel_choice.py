@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from minimodel.engine.quantization import quantized_layers
-from minimodel.kernels.matmul import ROW_BUCKETS, KernelTable, LinearKernels, candidates
+from minimodel.engine.quantization import linear_layers
+from minimodel.kernels.matmul import KernelTable, LinearKernels, candidates, describe_choices
 
 
 @dataclass(frozen=True)
@@ -31,23 +31,15 @@ class KernelChoice:
 
     def describe(self) -> str:
         """'151936x1024 float32 (lm_head): 1-4 rows mkldnn, 8-32 rows matmul_t'."""
-        runs: list[tuple[int, int, str]] = []
-        for bucket in ROW_BUCKETS:
-            name = self.choices[bucket]
-            if runs and runs[-1][2] == name:
-                runs[-1] = (runs[-1][0], bucket, name)
-            else:
-                runs.append((bucket, bucket, name))
-        text = ", ".join(f"{lo}{'' if lo == hi else f'-{hi}'} rows {name}"
-                         for lo, hi, name in runs)
         names = {name.split(".")[-1] for name in self.layers}
-        return f"{self.shape[0]}x{self.shape[1]} {self.kind} ({', '.join(sorted(names))}): {text}"
+        return (f"{self.shape[0]}x{self.shape[1]} {self.kind} ({', '.join(sorted(names))}): "
+                f"{describe_choices(self.choices)}")
 
 
 def choose_kernels(model: nn.Module, table: KernelTable | None = None) -> list[KernelChoice]:
     """Bind each layer's `kernels` (CPU only; [] and nothing bound on CUDA), measuring what the
     table lacks and saving it."""
-    layers = [(name, m) for name, m in quantized_layers(model) if m.weight.device.type == "cpu"]
+    layers = [(name, m) for name, m in linear_layers(model) if m.weight.device.type == "cpu"]
     if not layers:
         return []
     table = table or KernelTable()
@@ -76,14 +68,14 @@ def choose_kernels(model: nn.Module, table: KernelTable | None = None) -> list[K
 
 def unbind_kernels(model: nn.Module) -> None:
     """Every layer back to F.linear (and its prepacked copies freed)."""
-    for _, module in quantized_layers(model):
+    for _, module in linear_layers(model):
         module.kernels = None
 
 
 def packed_bytes(model: nn.Module) -> int:
     """Bytes of the prepacked weight copies the bound layers keep (tied weights count once)."""
     seen, total = set(), 0
-    for _, module in quantized_layers(model):
+    for _, module in linear_layers(model):
         kernels = module.kernels
         if kernels is not None and id(kernels) not in seen:
             seen.add(id(kernels))

@@ -55,9 +55,9 @@ def _torchao():
     return quantization
 
 
-def quantized_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """(name, module) of every layer whose weight is quantized: the linear layers and the LM
-    head."""
+def linear_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(name, module) of every layer that multiplies by a weight matrix: the linear layers and
+    the LM head (what is quantized, and what kernel_choice.py binds)."""
     return [(name, m) for name, m in model.named_modules()
             if isinstance(m, (_LinearBase, ParallelLMHead))]
 
@@ -81,7 +81,7 @@ def quantize_model(model: nn.Module, method: str | None) -> None:
     embed = getattr(getattr(model, "model", None), "embed_tokens", None)
     if head is not None and embed is not None and head.weight is embed.weight:
         head.weight = nn.Parameter(embed.weight.detach().clone(), requires_grad=False)
-    for _, module in quantized_layers(model):
+    for _, module in linear_layers(model):
         if method == "int8":
             config = quantization.Int8WeightOnlyConfig()
         else:

@@ -177,6 +177,18 @@ class LinearKernels:
         return run(x, weight, packed, bias)
 
 
+def describe_choices(choices: dict[int, str]) -> str:
+    """{1: "mkldnn", 2: "mkldnn", 4: "matmul_t", ...} -> "1-2 rows mkldnn, 4-32 rows matmul_t"."""
+    runs: list[list] = []
+    for bucket in ROW_BUCKETS:
+        name = choices.get(bucket, "linear")
+        if runs and runs[-1][2] == name:
+            runs[-1][1] = bucket
+        else:
+            runs.append([bucket, bucket, name])
+    return ", ".join(f"{lo}{'' if lo == hi else f'-{hi}'} rows {name}" for lo, hi, name in runs)
+
+
 def machine_key() -> str:
     """What a measured choice depends on: the CPU, torch's version and threads, oneDNN."""
     cpu = platform.processor() or platform.machine()

@@ -1,0 +1,216 @@
+"""The CPU products chosen per shape (minimodel/kernels/matmul.py, engine/kernel_choice.py):
+every formulation computes F.linear's product, each row count runs its bucket's choice, the
+choices are measured once per machine and read back, and CUDA is left alone."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import minimodel as mm
+from minimodel.engine.kernel_choice import choose_kernels, packed_bytes, unbind_kernels
+from minimodel.engine.model import PackedQwen3ForCausalLM
+from minimodel.engine.quantization import _torchao, linear_layers
+from minimodel.home import minimodel_home
+from minimodel.kernels import matmul
+from minimodel.kernels.matmul import (
+    FORMULATIONS,
+    ROW_BUCKETS,
+    Formulation,
+    KernelTable,
+    LinearKernels,
+    candidates,
+    row_bucket,
+    time_formulations,
+)
+
+
+@pytest.fixture(autouse=True)
+def own_home(tmp_path, monkeypatch):
+    """Each test measures into its own cache folder."""
+    monkeypatch.setenv("MINIMODEL_HOME", str(tmp_path / "home"))
+
+
+def weight(out: int, inp: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    return (torch.randn(out, inp, generator=torch.Generator().manual_seed(seed)) / inp**0.5
+            ).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 17, 32])
+def test_every_formulation_computes_f_linear(dtype, rows):
+    w = weight(1000, 96, dtype)
+    bias = torch.randn(1000).to(dtype)
+    x = torch.randn(rows, 96).to(dtype)
+    names = candidates(w)
+    assert names[0] == "linear" and "matmul_t" in names
+    if torch.backends.mkldnn.is_available():
+        assert "mkldnn" in names
+    for name in names:
+        f = FORMULATIONS[name]
+        packed = f.pack(w) if f.pack else None
+        for b in (None, bias):
+            want = F.linear(x, w, b)
+            got = f.run(x, w, packed, b)
+            assert got.shape == want.shape and got.dtype == want.dtype, name
+            # float32: the same sums in another order. bfloat16: (W @ x.T) is rounded before the
+            # bias is added, so an output near 0 may differ by a rounding of the larger terms
+            fp32 = dtype == torch.float32
+            atol = 1e-5 if fp32 else 2**-8 * want.abs().max().item()
+            torch.testing.assert_close(got, want, atol=atol, rtol=1.3e-6 if fp32 else 1.6e-2,
+                                       msg=f"{name}, {rows} rows, bias {b is not None}")
+
+
+def test_int8pack_computes_torchaos_product():
+    layer = torch.nn.Linear(128, 300, bias=False).to(torch.bfloat16)
+    ao = _torchao()
+    ao.quantize_(layer, ao.Int8WeightOnlyConfig())
+    w = layer.weight
+    assert candidates(w) == ["linear", "int8pack"]
+    x = torch.randn(5, 128).to(torch.bfloat16)
+    # the exact product of the int8 weight and its per-row scales, in float32; the two bfloat16
+    # kernels round at other places (before or after scaling), each within bfloat16's steps
+    exact = F.linear(x.float(), w.qdata.float() * w.scale.float().reshape(-1, 1))
+    atol = 2**-7 * exact.abs().max().item()
+    got = FORMULATIONS["int8pack"].run(x, w, FORMULATIONS["int8pack"].pack(w), None)
+    torch.testing.assert_close(got.float(), exact, atol=atol, rtol=1.6e-2)
+    torch.testing.assert_close(F.linear(x, w).float(), exact, atol=atol, rtol=1.6e-2)
+
+
+def test_each_row_count_runs_its_buckets_choice(monkeypatch):
+    calls = []
+
+    def spy(x, w, packed, bias):
+        calls.append(x.shape[0])
+        return F.linear(x, w, bias)
+
+    monkeypatch.setitem(FORMULATIONS, "spy", Formulation("spy", spy, None, "records its rows"))
+    w = weight(64, 32, torch.float32)
+    kernels = LinearKernels(w, {b: ("spy" if b == 4 else "linear") for b in ROW_BUCKETS})
+    for rows in (1, 2, 3, 4, 5, 8, 33, 100):
+        x = torch.randn(rows, 32)
+        torch.testing.assert_close(kernels(x, w, None), F.linear(x, w))
+    assert calls == [3, 4], "rows 3 and 4 are bucket 4's; 5-8 bucket 8's; above 32 F.linear"
+    assert [row_bucket(r) for r in (1, 2, 3, 4, 5, 32, 33)] == [1, 2, 4, 4, 8, 32, None]
+    x3 = torch.randn(2, 3, 32)  # not [rows, in]: F.linear
+    torch.testing.assert_close(kernels(x3, w, None), F.linear(x3, w))
+    assert calls == [3, 4]
+
+
+def test_time_formulations_times_each_name_and_the_table_keeps_the_fastest(monkeypatch):
+    w = weight(256, 64, torch.float32)
+    seconds = time_formulations(w, 4, candidates(w), repeats=2)
+    assert set(seconds) == set(candidates(w)) and all(s > 0 for s in seconds.values())
+    # the table keeps, per bucket, the name with the fewest seconds
+    fake = {"linear": 3.0, "matmul_t": 1.0, "mkldnn": 2.0}
+    monkeypatch.setattr(matmul, "time_formulations",
+                        lambda w, rows, names, repeats, packed: {n: fake[n] for n in names})
+    table = KernelTable()
+    chosen = table.measure(w)
+    assert chosen == dict.fromkeys(ROW_BUCKETS, "matmul_t")
+
+
+def test_choices_are_measured_once_then_read_from_home(monkeypatch):
+    measured = []
+    real = KernelTable.measure
+
+    def counting(self, w, repeats=5):
+        measured.append(tuple(w.shape))
+        return real(self, w, repeats=1)
+
+    monkeypatch.setattr(KernelTable, "measure", counting)
+    first = mm.LLM("tiny", num_pages=8, skip_tokenizer_init=True)
+    shapes = {tuple(m.weight.shape) for _, m in linear_layers(first.model)}
+    assert sorted(measured) == sorted(shapes), "each distinct shape measured once"
+    assert all(c.measured for c in first.kernel_choices)
+    path = KernelTable().path
+    assert path.is_file() and path.parent == minimodel_home() / "kernels"
+    saved = json.loads(path.read_text())["choices"]
+    assert len(saved) == len(shapes)
+    for _, module in linear_layers(first.model):
+        assert module.kernels is not None
+    measured.clear()
+    second = mm.LLM("tiny", num_pages=8, skip_tokenizer_init=True)
+    assert measured == [] and not any(c.measured for c in second.kernel_choices)
+    assert [c.choices for c in second.kernel_choices] == [c.choices for c in first.kernel_choices]
+    off = mm.LLM("tiny", num_pages=8, skip_tokenizer_init=True, tune_kernels=False)
+    assert off.kernel_choices == [] and measured == []
+    assert all(m.kernels is None for _, m in linear_layers(off.model))
+
+
+def test_a_table_naming_what_cannot_run_here_is_measured_again():
+    w = weight(64, 32, torch.float32)
+    table = KernelTable()
+    table.choices[table.key(w)] = {str(b): "no-such-kernel" for b in ROW_BUCKETS}
+    table.save()
+    assert KernelTable().get(w) is None
+    table.choices[table.key(w)] = {"1": "linear"}  # buckets missing
+    assert table.get(w) is None
+
+
+def test_another_thread_count_is_another_table():
+    threads = torch.get_num_threads()
+    first = KernelTable().path
+    try:
+        torch.set_num_threads(1 if threads > 1 else 2)
+        assert KernelTable().path != first
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_an_unwritable_home_only_costs_a_measurement(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("MINIMODEL_HOME", str(blocker / "home"))
+    w = weight(64, 32, torch.float32)
+    table = KernelTable()
+    table.measure(w, repeats=1)
+    table.save()  # no error
+    assert KernelTable().get(w) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_bound_model_computes_the_same_logits(dtype):
+    folder = mm.resolve_model("tiny")
+    model = PackedQwen3ForCausalLM.from_pretrained(folder, dtype, torch.device("cpu"),
+                                                   max_positions=64)
+    hidden = torch.randn(40, model.cfg.hidden_size).to(dtype)
+    want = [model.compute_logits(hidden[:n]) for n in (1, 2, 5, 40)]
+    want_layer = [model.model.layers[0].mlp.gate_up_proj(hidden[:n]) for n in (1, 3, 16)]
+    report = choose_kernels(model)
+    assert {c.shape for c in report} == {tuple(m.weight.shape) for _, m in linear_layers(model)}
+    for n, w in zip((1, 2, 5, 40), want):
+        torch.testing.assert_close(model.compute_logits(hidden[:n]), w)
+    for n, w in zip((1, 3, 16), want_layer):
+        torch.testing.assert_close(model.model.layers[0].mlp.gate_up_proj(hidden[:n]), w)
+    assert packed_bytes(model) >= 0
+    unbind_kernels(model)
+    assert all(m.kernels is None for _, m in linear_layers(model))
+
+
+def test_off_the_cpu_nothing_is_bound():
+    folder = mm.resolve_model("tiny")
+    model = PackedQwen3ForCausalLM.from_pretrained(folder, torch.float32, torch.device("cpu"),
+                                                   max_positions=64).to("meta")
+    assert choose_kernels(model) == []
+    assert all(m.kernels is None for _, m in linear_layers(model))
+    assert not (minimodel_home() / "kernels").exists()
+    assert candidates(torch.empty(4, 4, device="meta")) == ["linear"]
+
+
+def test_info_lists_the_choices(capsys):
+    from minimodel.__main__ import kernel_rows
+
+    assert "none measured yet" in kernel_rows()[0][1]
+    mm.LLM("tiny", num_pages=8, skip_tokenizer_init=True)
+    rows = kernel_rows()
+    assert str(KernelTable().path) in rows[0][1]
+    assert any("151936x64:float32: " in value and "rows" in value for _, value in rows[1:])
+
+
+def test_home_is_this_tests_own():
+    assert os.environ["MINIMODEL_HOME"].endswith("home")
