@@ -8,12 +8,22 @@
 
 from __future__ import annotations
 
-from minimodel import reference
-from minimodel.config import ConfigError, Qwen3Config
-from minimodel.hub import resolve_model
-from minimodel.sampling import SamplingParams
-from minimodel.tokenizer import Tokenizer, load_tokenizer
-from minimodel.weights import WeightsError
+import logging
+
+# torchao logs, when it is imported (by the engine's quantization, or by transformers when it
+# loads a checkpoint), the GPU-only extensions it cannot load on a CPU machine, and torch logs a
+# deprecation from torchao's pytree set-up: nothing this package uses. Errors only, unless the
+# program chose these loggers' levels itself.
+for _name in ("torchao", "torch.utils._pytree"):
+    if logging.getLogger(_name).level == logging.NOTSET:
+        logging.getLogger(_name).setLevel(logging.ERROR)
+
+from minimodel import reference  # noqa: E402
+from minimodel.config import ConfigError, Qwen3Config  # noqa: E402
+from minimodel.hub import resolve_model  # noqa: E402
+from minimodel.sampling import SamplingParams  # noqa: E402
+from minimodel.tokenizer import Tokenizer, load_tokenizer  # noqa: E402
+from minimodel.weights import WeightsError  # noqa: E402
 
 __version__ = "0.1.0"
 

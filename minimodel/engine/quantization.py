@@ -13,8 +13,6 @@ head gets its own quantized copy.
 
 from __future__ import annotations
 
-import logging
-
 import torch
 from torch import nn
 
@@ -39,19 +37,11 @@ def check_quantization(method: object, device: torch.device) -> str | None:
 
 
 def _torchao():
-    """torchao's quantization module, imported quietly (it logs the GPU-only extensions it
-    cannot load on a CPU machine, and torch logs a deprecation from its pytree set-up)."""
-    quiet = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [log.level for log in quiet]
-    for log in quiet:
-        log.setLevel(logging.ERROR)
+    """torchao's quantization module; a ValueError that says how to install it if missing."""
     try:
         import torchao.quantization as quantization
     except ImportError:
         raise ValueError("quantization needs torchao: pip install 'torchao>=0.18'.") from None
-    finally:
-        for log, level in zip(quiet, levels):
-            log.setLevel(level)
     return quantization
 
 
