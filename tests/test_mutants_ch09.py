@@ -600,10 +600,142 @@ def test_longest_item_is_the_smallest_that_fits():
     assert longest_item([40, 7, 100], 8) == 20 and longest_item([1, 1, 10], 3) == 10
 
 
+# --- ch09.predict_step_seconds -----------------------------------------------------------------
+
+
+def step_solution(cfg, batch, kv_len, weights, bandwidth, peak_flops):
+    C, I, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    mats = [(q, C), (kv, C), (kv, C), (C, q), (I, C), (I, C), (C, I)] * L + [(cfg.vocab_size, C)]
+
+    def nbytes(out, inp):
+        if weights == "int8":
+            return out * inp + 4 * out
+        if weights == "int4":
+            return out * inp // 2 + 4 * out * (inp // 128)
+        return out * inp * (4 if weights == "float32" else 2)
+
+    act = 4 if weights == "float32" else 2
+    kv_bytes = batch * kv_len * 2 * L * kv * act
+    flops = 2 * batch * sum(o * i for o, i in mats) + 4 * batch * L * q * kv_len
+    return max((sum(nbytes(o, i) for o, i in mats) + kv_bytes) / bandwidth, flops / peak_flops)
+
+
+def step_from_step_cost(cfg, batch, kv_len, weights, bandwidth, peak_flops):
+    """The package's step_cost for the FLOPs and a bfloat16 step's bytes; the quantized weights'
+    bytes per weight (a fraction) in place of bfloat16's 2."""
+    from minimodel.kernels.roofline import step_cost
+
+    dtype = torch.float32 if weights == "float32" else torch.bfloat16
+    flops, nbytes = step_cost(cfg, 1, kv_len, batch, dtype)
+    C, L = cfg.hidden_size, cfg.num_hidden_layers
+    rows = L * (cfg.q_size + 2 * cfg.kv_size + C + 2 * cfg.intermediate_size + C) + cfg.vocab_size
+    n = L * (2 * C * cfg.q_size + 2 * C * cfg.kv_size + 3 * C * cfg.intermediate_size)
+    n += cfg.vocab_size * C
+    if weights == "int8":
+        nbytes += -n + 4 * rows
+    elif weights == "int4":
+        nbytes += n * (0.5 + 4 / 128 - 2)
+    return max(nbytes / bandwidth, flops / peak_flops)
+
+
+def _step_mutant(weight_reads="once", kv="all", combine="max", attention_flops=True,
+                 flops_per_weight=2, head=True, head_quantized=True, o_square=False,
+                 int8_scales=True, int4="groups", kv_format="activations", unit=1.0):
+    def fn(cfg, batch, kv_len, weights, bandwidth, peak_flops):
+        C, I, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+        q, kv_w = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+        qo = C if o_square else q
+        layer = [(qo, C), (kv_w, C), (kv_w, C), (C, qo), (I, C), (I, C), (C, I)]
+        mats = [(m, w, True) for m, w in layer * L]
+        if head:
+            mats.append((cfg.vocab_size, C, head_quantized))
+
+        def nbytes(out, inp, quantized):
+            fmt = weights if quantized or weights in ("float32", "bfloat16") else "bfloat16"
+            if fmt == "int8":
+                return out * inp + (4 * out if int8_scales else 0)
+            if fmt == "int4":
+                extra = {"groups": 4 * out * inp / 128, "none": 0, "rows": 4 * out,
+                         "scales only": 2 * out * inp / 128,
+                         "a byte each": out * inp / 2 + 4 * out * inp / 128}[int4]
+                return out * inp / 2 + extra
+            return out * inp * (4 if fmt == "float32" else 2)
+
+        act = 4 if weights == "float32" else 2
+        if kv_format == "weights":
+            act = {"int8": 1, "int4": 0.5}.get(weights, act)
+        kv_bytes = {"all": batch * kv_len * 2 * L * kv_w * act, "none": 0,
+                    "one layer": batch * kv_len * 2 * kv_w * act,
+                    "K only": batch * kv_len * L * kv_w * act}[kv]
+        w_bytes = sum(nbytes(*m) for m in mats) * (batch if weight_reads == "per request" else 1)
+        flops = flops_per_weight * batch * sum(o * i for o, i, _ in mats)
+        if attention_flops:
+            flops += 4 * batch * L * q * kv_len
+        memory, compute = (w_bytes + kv_bytes) / bandwidth, flops / peak_flops
+        total = {"max": max(memory, compute), "sum": memory + compute, "memory": memory}
+        return total[combine] * unit
+
+    return fn
+
+
+STEP_MUTANTS = {
+    "weights read once per request": _step_mutant(weight_reads="per request"),
+    "no K/V bytes": _step_mutant(kv="none"),
+    "K/V of one layer": _step_mutant(kv="one layer"),
+    "K only, not V": _step_mutant(kv="K only"),
+    "memory time + compute time": _step_mutant(combine="sum"),
+    "the memory roof alone": _step_mutant(combine="memory"),
+    "no attention FLOPs": _step_mutant(attention_flops=False),
+    "1 FLOP per weight": _step_mutant(flops_per_weight=1),
+    "no LM head": _step_mutant(head=False),
+    "LM head left in bfloat16": _step_mutant(head_quantized=False),
+    "q and o taken as [C, C]": _step_mutant(o_square=True),
+    "int8 without its scales": _step_mutant(int8_scales=False),
+    "int4 without scales and zero points": _step_mutant(int4="none"),
+    "int4 with one scale and zero per row": _step_mutant(int4="rows"),
+    "int4 with scales but no zero points": _step_mutant(int4="scales only"),
+    "int4 as one byte per weight": _step_mutant(int4="a byte each"),
+    "K/V in the weights' format": _step_mutant(kv_format="weights"),
+    "milliseconds": _step_mutant(unit=1e3),
+}
+
+
+@pytest.mark.parametrize("fn", [step_solution, step_from_step_cost, _step_mutant()])
+def test_predict_step_seconds_correct(fn):
+    assert check("ch09.predict_step_seconds", fn).passed
+
+
+@pytest.mark.parametrize("name", STEP_MUTANTS)
+def test_predict_step_seconds_mutants(name):
+    assert not check("ch09.predict_step_seconds", STEP_MUTANTS[name]).passed
+
+
+def test_predict_step_seconds_hints():
+    messages = lambda name: _messages("ch09.predict_step_seconds",  # noqa: E731
+                                      STEP_MUTANTS[name])
+    assert "once per request" in messages("weights read once per request")
+    assert "larger of the two" in messages("memory time + compute time")
+    assert "zero point" in messages("int4 without scales and zero points")
+    assert "per group" in messages("int4 with one scale and zero per row")
+    assert "float32 scale" in messages("int8 without its scales")
+    assert "Hq·D need not" in messages("q and o taken as [C, C]")
+    assert "milliseconds" in messages("milliseconds")
+    assert "stays bfloat16" in messages("K/V in the weights' format")
+
+
+def test_predict_step_seconds_rejects_a_tensor():
+    def as_tensor(*args):
+        return torch.tensor(step_solution(*args))
+
+    assert not check("ch09.predict_step_seconds", as_tensor).passed
+
+
 def test_stubs_report_not_implemented():
     def stub(*args):
         raise NotImplementedError("your code here")
 
-    for name in ("online_softmax", "flash_attention", "merge_states", "paged_split_kv_decode"):
+    for name in ("online_softmax", "flash_attention", "merge_states", "paged_split_kv_decode",
+                 "predict_step_seconds"):
         result = check(f"ch09.{name}", stub)
         assert not result.implemented and not result.passed
