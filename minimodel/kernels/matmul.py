@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from minimodel.home import minimodel_home, write_atomic
 
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32)  # a decode step's rows (requests); more rows use F.linear
-TABLE_VERSION = 1  # bump when the formulations or the measurement change: old choices go
+TABLE_VERSION = 2  # bump when the formulations or the measurement change: old choices go
 
 
 def row_bucket(rows: int) -> int | None:
@@ -124,7 +124,8 @@ def candidates(weight: torch.Tensor) -> list[str]:
 def time_formulations(weight: torch.Tensor, rows: int, names: list[str], repeats: int = 5,
                       packed: dict[str, object] | None = None) -> dict[str, float]:
     """Seconds of one product with `rows` rows for each formulation: the fastest of `repeats`,
-    the formulations taking turns so that a busy moment slows them all alike."""
+    the formulations taking turns so that a busy moment slows them all alike (a product of
+    microseconds is timed as the mean of enough calls to last about a millisecond)."""
     dtype = weight.dtype  # the activations' (a quantized weight reports its model's dtype)
     generator = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, weight.shape[1], generator=generator).to(dtype)
@@ -137,11 +138,18 @@ def time_formulations(weight: torch.Tensor, rows: int, names: list[str], repeats
     with torch.inference_mode():
         for name in names:  # warm-up: first calls allocate and pick code paths
             FORMULATIONS[name].run(x, weight, packed.get(name), None)
+        # a small product takes microseconds, less than the timer's noise: time `calls` of it
+        # back to back, enough for about a millisecond
+        start = time.perf_counter()
+        FORMULATIONS[names[0]].run(x, weight, packed.get(names[0]), None)
+        calls = max(1, min(100, int(1e-3 / max(time.perf_counter() - start, 1e-6))))
         for _ in range(repeats):
             for name in names:
+                run, p = FORMULATIONS[name].run, packed.get(name)
                 start = time.perf_counter()
-                FORMULATIONS[name].run(x, weight, packed.get(name), None)
-                best[name] = min(best[name], time.perf_counter() - start)
+                for _ in range(calls):
+                    run(x, weight, p, None)
+                best[name] = min(best[name], (time.perf_counter() - start) / calls)
     return best
 
 
