@@ -42,16 +42,18 @@ def test_bench_card_measures_the_ceiling_and_ends_with_json(small_checkpoint, tm
 
     folder = small_checkpoint(**CONFIGS["gqa2-tied-hd!=C"], max_position_embeddings=512)
     out = tmp_path / "card.json"
-    assert bench.main(["--card", "--model", str(folder), "--dtype", "float32",
+    assert bench.main(["--card", "--model", str(folder), "--card-formats", "float32,bfloat16",
                        "--card-decode-tokens", "6", "--card-prefill-tokens", "24",
-                       "--card-prompt", "10", "--repeats", "1", "--out", str(out)]) == 0
+                       "--card-prompt", "10", "--repeats", "1", "--curve-batches", "1,2",
+                       "--curve-steps", "1", "--profile-steps", "2", "--out", str(out)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     report = json.loads(lines[-1])  # the last line is the card as JSON
     assert report == json.loads(out.read_text())
     card = report["cards"]["float32"]
     cfg = Qwen3Config.from_pretrained(folder)
     assert card["parameters"] == cfg.num_parameters()
-    assert card["weight_bytes"] == 4 * cfg.num_parameters()
+    # the weights a decode step reads: every product's (norms and the embedding table left out)
+    assert card["weight_bytes"] == step_cost(cfg, 1, 0, 1, torch.float32)[1]
     assert card["kv_bytes_per_token"] == cfg.kv_bytes_per_token(torch.float32)
     assert card["decode_context_tokens"] == 10 + 6 // 2
     assert card["decode_bytes_per_token"] == step_cost(cfg, 1, 13, 1, torch.float32)[1]
@@ -64,8 +66,22 @@ def test_bench_card_measures_the_ceiling_and_ends_with_json(small_checkpoint, tm
         card["prefill_flops_per_s"] / card["matmul_flops_per_s"])
     assert all(card[k] > 0 for k in ("bandwidth_bytes_per_s", "matmul_flops_per_s",
                                       "decode_tok_per_s", "prefill_flops_per_s"))
+    assert card["bandwidth_bytes_per_s"] == max(card["probes"].values())  # the roof
+    assert len(card["decode_runs"]) == 1 and card["bandwidth_utilisation_vs_sum_before"] > 0
+    assert [p["batch"] for p in card["curve"]] == [1, 2]
+    assert card["curve"][0]["step_over_batch1"] == 1.0
+    assert card["kernel_choices"] and all("rows" in line for line in card["kernel_choices"])
+    assert 0 < card["overhead"]["products_s"] < card["overhead"]["step_s"]
+    assert list(report["cards"]) == ["float32", "bfloat16"]
+    assert {(t["target"], t["format"]) for t in report["targets"]} == {
+        ("mbu_float32", "float32"), ("mbu_bfloat16", "bfloat16"),
+        ("batch8_step_over_batch1", "float32"), ("batch8_step_over_batch1", "bfloat16"),
+        ("overhead", "float32"), ("overhead", "bfloat16")}
+    assert out.with_suffix(".png").stat().st_size > 1000
     text = "\n".join(lines[:-1])
-    assert "ceiling" in text and "memory-bandwidth utilisation" in text and "matmul peak" in text
+    for words in ("ceiling", "memory-bandwidth utilisation", "matmul peak", "memory roof",
+                  "kernels", "curve", "overhead", "targets"):
+        assert words in text, words
 
 
 def test_the_layer_step_runs_the_engine_layer_over_its_own_pages():
@@ -84,3 +100,93 @@ def test_the_layer_step_runs_the_engine_layer_over_its_own_pages():
         assert first.shape == (batch * q_len, 64) and torch.isfinite(first).all()
         layer.kv_cache.pools[0].normal_()  # other noise in every slot
         assert torch.equal(run(), first) != reads_cache, (q_len, kv_len)
+
+
+def test_the_roof_is_the_fastest_of_three_streaming_probes():
+    from minimodel.bench.probes import PROBES, measure_probes, roof
+
+    rates, formulation = measure_probes(4 * 2**20, repeats=2)
+    assert set(rates) == set(PROBES) and all(v > 0 for v in rates.values())
+    assert roof(rates) == max(rates.values())
+    assert formulation in ("linear", "matmul_t", "mkldnn")
+
+
+def test_a_decode_step_reads_the_weights_once_and_each_request_s_kv():
+    """The curve's bytes per step are step_cost's: the weights once, plus B contexts of KV;
+    and what the engine's model holds in its products is what step_cost counts as weights."""
+    from minimodel.bench.curve import decode_bytes, decode_curve, dense_weight_bytes, weight_bytes
+    from minimodel.engine import LLM
+    from minimodel.kernels.roofline import step_cost
+
+    llm = LLM("tiny", dtype=torch.float32, num_pages=32, page_size=4, skip_tokenizer_init=True)
+    cfg = llm.cfg
+    weights = weight_bytes(llm.model)
+    assert weights == dense_weight_bytes(cfg, torch.float32)
+    for batch in (1, 2, 8, 32):
+        assert decode_bytes(cfg, weights, batch * 40, torch.float32) == step_cost(
+            cfg, 1, 40, batch, torch.float32)[1]
+    points = decode_curve(llm, (1, 2, 4), prompt_len=5, steps=3, vocab=1000, weights=weights)
+    assert [p["batch"] for p in points] == [1, 2, 4]
+    for p in points:  # 3 steps: the middle one's context, an integer
+        assert p["bytes_per_step"] == step_cost(cfg, 1, int(p["context_per_request"]),
+                                                p["batch"], torch.float32)[1]
+        assert p["tok_per_s"] == pytest.approx(p["batch"] / p["step_s"])
+    assert points[0]["bytes_per_step"] < points[1]["bytes_per_step"] < points[2]["bytes_per_step"]
+    assert not llm.has_unfinished_requests()  # the curve leaves the engine idle
+
+
+def test_quantized_weights_read_fewer_bytes():
+    from minimodel.bench.curve import dense_weight_bytes, weight_bytes
+    from minimodel.engine import LLM
+
+    llm = LLM("tiny", dtype=torch.bfloat16, quantization="int8", num_pages=8,
+              skip_tokenizer_init=True)
+    dense = dense_weight_bytes(llm.cfg, torch.bfloat16)
+    assert dense / 2 < weight_bytes(llm.model) < dense * 0.6  # a byte a weight + row scales
+
+
+def test_quality_of_a_format_against_itself_is_exact_and_int8_is_in_range():
+    from minimodel.bench.quality import format_quality, quality_report
+
+    report = quality_report("tiny", ["bfloat16", "int8"], prompts=4, tokens=5)
+    same, int8 = report["formats"]["bfloat16"], report["formats"]["int8"]
+    assert same == {"logprob_diff_mean": 0.0, "logprob_diff_max": 0.0,
+                    "teacher_forced_agreement": 1.0, "prefix_agreement": 1.0, "identical": 1.0}
+    assert 0 <= int8["logprob_diff_mean"] <= int8["logprob_diff_max"]
+    assert int8["logprob_diff_max"] > 0  # int8 weights do change the logits
+    for key in ("teacher_forced_agreement", "prefix_agreement", "identical",):
+        assert 0 <= int8[key] <= 1
+    assert 0 <= report["baseline_self_agreement"] <= 1
+    assert "int8" in format_quality([report])
+
+
+def test_teacher_forcing_scores_what_free_running_generated():
+    """Teacher-forced on its own greedy tokens, a float32 engine's argmax is those tokens."""
+    from minimodel.bench.quality import free_running, teacher_forced
+    from minimodel.engine import LLM
+
+    llm = LLM("tiny", dtype=torch.float32, num_pages=16, skip_tokenizer_init=True)
+    prompts = [[5, 6, 7, 8, 9], [100, 200, 300]]
+    free = free_running(llm, prompts, 6)
+    argmax, logprob = teacher_forced(llm, prompts, free)
+    assert argmax.tolist() == free
+    assert (logprob <= 0).all()
+    _, scored = teacher_forced(llm, prompts, free, score=free)
+    assert torch.allclose(scored, logprob)
+
+
+def test_card_and_quality_flags():
+    args = bench.parse_args(["--card", "--card-formats", "float32,int8", "--curve-batches",
+                             "8,1,2,2"])
+    assert args.card_formats == "float32,int8" and args.curve_batches == (1, 2, 8)
+    settings = bench.settings_from_args(args)
+    assert settings.curve_batches == (1, 2, 8) and settings.curve_steps == 6
+    args = bench.parse_args(["--quality", "--quality-formats", "int4"])
+    assert args.quality and args.quality_formats == "int4"
+    assert args.quality_models == "bard,random:qwen3-0.6b"
+    for bad in (["--card-formats", "int3"], ["--curve-batches", "0,1"],
+                ["--curve-batches", "a"], ["--card", "--quality"],
+                ["--quality-formats", "bfloat16"]):
+        with pytest.raises(SystemExit) as err:
+            bench.parse_args(bad)
+        assert err.value.code == 2, bad

@@ -13,9 +13,11 @@ from typing import Any
 import torch
 
 from minimodel.bench.card import machine, run_card
+from minimodel.bench.curve import CURVE_BATCHES
+from minimodel.bench.quality import format_quality, quality_report
 from minimodel.bench.report import format_table, plot
 from minimodel.bench.runners import SYSTEM_WORKLOADS, run_dtype
-from minimodel.bench.settings import BenchSettings
+from minimodel.bench.settings import FORMATS, BenchSettings
 from minimodel.bench.workloads import PROMPT_VOCAB
 from minimodel.cli_types import device_kind, int_at_least, names, positive_int
 from minimodel.config import Qwen3Config
@@ -27,7 +29,9 @@ Side-by-side benchmark: the minimodel engine vs transformers `generate` vs the n
     python -m minimodel bench                       # CPU: float32 and bfloat16, workloads A, B, C
     python -m minimodel.bench ...                   # the same
     python -m minimodel bench --device cuda         # + FlashInfer vs torch, CUDA graphs, nano-vllm
-    python -m minimodel bench --card                # the benchmark card only (a minute on CPU)
+    python -m minimodel bench --card                # the benchmark card only (minutes on CPU)
+    python -m minimodel bench --card --model bard   # the card of the small trained model
+    python -m minimodel bench --quality             # int8 and int4 against bfloat16
 
 Workloads (same model, same requests, same dtype and threads for every system):
   A  throughput: 16 requests, prompt lengths uniform in [32, 256], output lengths uniform in
@@ -40,12 +44,22 @@ Workloads (same model, same requests, same dtype and threads for every system):
      [100, 1024], temperature 0.6, ignore EOS.
 Prints a table, writes JSON (--out) and a PNG plot next to it.
 
-The card (--card) first measures what the hardware allows, then what the engine reaches: the
-model's parameters, weight bytes and KV bytes per token; the memory bandwidth and matmul FLOP/s
-measured here (minimodel.kernels.roofline); the batch-1 decode ceiling, bandwidth / bytes read
-per token (every weight once, plus the KV cache of the context); the engine's measured decode
-tokens/s and its fraction of that ceiling (memory-bandwidth utilisation); its prefill FLOP/s and
-their fraction of the measured matmul peak. Its last line is the card as JSON.
+The card (--card) first measures what the hardware allows, then what the engine reaches, per
+format (--card-formats: float32, bfloat16, and int8 weights with bfloat16 activations): the
+model's parameters, weight bytes and KV bytes per token; the memory roof, the fastest of three
+probes (a sum, a copy and a one-row product over 512 MiB) and the matmul FLOP/s measured here;
+the batch-1 decode ceiling, roof / bytes read per token (every weight once, plus the KV cache of
+the context); the engine's measured decode tokens/s and its fraction of that ceiling
+(memory-bandwidth utilisation, MBU); its prefill FLOP/s against the matmul peak; the kernel the
+engine chose for each layer; the decode curve, one decode step with B = 1, 2, 4, ... 32
+requests (tokens/s and bytes read/s, plotted next to the JSON); and, by torch.profiler, the
+share of a batch-1 decode step spent outside the matrix products. Then the targets, met or
+not. Its last line is the card as JSON.
+
+Quality (--quality): for each of --quality-models, int8 and int4 (--quality-formats) against
+bfloat16 on 64 prompts of text x 32 greedy tokens: the mean and max |logprob difference| of
+bfloat16's chosen token, teacher-forced, and greedy agreement (teacher-forced, and
+free-running).
 """
 
 
@@ -86,9 +100,45 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--card-prefill-tokens", type=positive_int, default=None,
                    help="card: prompt length of the prefill run (default 256 on CPU, 2048 on "
                         "CUDA)")
+    p.add_argument("--card-formats", default=None, type=names(tuple(FORMATS)),
+                   help="card: formats, comma-separated from " + ", ".join(FORMATS)
+                   + " (int8, int4: those weights, bfloat16 activations; default: --dtype if "
+                   "given, else float32,bfloat16,int8 on CPU and bfloat16 on CUDA)")
+    p.add_argument("--curve-batches", default=",".join(map(str, CURVE_BATCHES)),
+                   type=batch_sizes, help="card: requests per decode step of the curve")
+    p.add_argument("--curve-prompt", type=positive_int, default=32,
+                   help="card: prompt length of the curve's requests")
+    p.add_argument("--curve-steps", type=positive_int, default=6,
+                   help="card: timed decode steps per batch size (the fastest is kept)")
+    p.add_argument("--profile-steps", type=positive_int, default=8,
+                   help="card: batch-1 decode steps under the profiler (the overhead)")
+    p.add_argument("--quality", action="store_true",
+                   help="only the quality comparison: each --quality-formats against bfloat16")
+    p.add_argument("--quality-models", default="bard,random:qwen3-0.6b",
+                   help="quality: models, comma-separated")
+    p.add_argument("--quality-formats", default="int8,int4",
+                   type=names(tuple(f for f in FORMATS if f != "bfloat16")),
+                   help="quality: formats compared with bfloat16")
+    p.add_argument("--quality-prompts", type=positive_int, default=64)
+    p.add_argument("--quality-tokens", type=int_at_least(2), default=32)
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--quiet", action="store_true")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.card and args.quality:
+        p.error("--card and --quality are two runs; choose one")
+    return args
+
+
+def batch_sizes(text: str) -> tuple[int, ...]:
+    """Comma-separated batch sizes >= 1, given back sorted without repeats."""
+    try:
+        sizes = sorted({int(item) for item in text.split(",") if item.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of "
+                                         "integers") from None
+    if not sizes or sizes[0] < 1:
+        raise argparse.ArgumentTypeError(f"batch sizes must be integers >= 1, got {text!r}")
+    return tuple(sizes)
 
 
 def settings_from_args(args: argparse.Namespace) -> BenchSettings:
@@ -98,7 +148,9 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         page_size=args.page_size, repeats=args.repeats, a_requests=args.a_requests,
         c_tokens=args.c_tokens, card_prompt=args.card_prompt,
         card_decode_tokens=args.card_decode_tokens, card_prefill_tokens=args.card_prefill_tokens,
-        quiet=args.quiet,
+        quiet=args.quiet, curve_batches=args.curve_batches, curve_prompt=args.curve_prompt,
+        curve_steps=args.curve_steps, profile_steps=args.profile_steps,
+        quality_prompts=args.quality_prompts, quality_tokens=args.quality_tokens,
     )
 
 
@@ -141,14 +193,21 @@ def main(argv: list[str] | None = None) -> int:
     workloads = set(args.workloads.upper().split(","))
     if args.device == "cuda" and args.workloads == "A,B,C":
         workloads.add("N")
-    if not args.card:
+    if not (args.card or args.quality):
         check_plan(args, workloads)
-    out = writable_out(Path(args.out or ("build/bench-card.json" if args.card
-                                         else "build/bench.json")))
-    vocab = min(PROMPT_VOCAB, Qwen3Config.from_pretrained(resolve_model(args.model)).vocab_size)
+    default_out = ("build/bench-card.json" if args.card else
+                   "build/bench-quality.json" if args.quality else "build/bench.json")
+    out = writable_out(Path(args.out or default_out))
     command = "python -m minimodel bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.quality:
+        return run_quality(settings, args.quality_models.split(","),
+                           args.quality_formats.split(","), command, out)
+    vocab = min(PROMPT_VOCAB, Qwen3Config.from_pretrained(resolve_model(args.model)).vocab_size)
     if args.card:
-        return run_card(settings, dtypes.split(","), vocab, command, out)
+        formats = args.card_formats or args.dtype or (
+            "bfloat16" if args.device == "cuda" else "float32,bfloat16,int8")
+        return run_card(settings, formats.split(","), vocab, command, out,
+                        draw=not args.no_plot)
     results: dict[str, Any] = {}
     report = {"machine": machine(), "command": command, "results": results}
     for dtype_name in dtypes.split(","):
@@ -165,4 +224,19 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(results) + note)
     if not args.no_plot:
         plot(results, out.with_suffix(".png"))
+    return 0
+
+
+def run_quality(settings: BenchSettings, models: list[str], formats: list[str], command: str,
+                out: Path) -> int:
+    """Each model's formats against bfloat16: print the table, write the JSON to `out`."""
+    reports = []
+    for model in models:
+        if not settings.quiet:
+            print(f"[quality] {model}: bfloat16, {', '.join(formats)} ...", flush=True)
+        reports.append(quality_report(model, formats, prompts=settings.quality_prompts,
+                                      tokens=settings.quality_tokens, device=settings.device))
+        report = {"machine": machine(), "command": command, "quality": reports}
+        out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")  # so far
+    print(format_quality(reports))
     return 0

@@ -1,4 +1,5 @@
-"""The results as people read them: the ratios against the targets, a text table, a bar plot."""
+"""The results as people read them: the ratios against the targets, a text table, a bar plot;
+and the card's targets and its decode-curve plot."""
 
 from __future__ import annotations
 
@@ -73,12 +74,24 @@ def format_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: dict[str, Any], path: Path) -> None:
-    """Bars per workload and dtype: engine vs transformers vs the no-cache loop."""
-    import matplotlib
-
+def pyplot() -> Any:
+    """matplotlib.pyplot drawing to files, or None (with a message) where it is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install matplotlib).")
+        return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Bars per workload and dtype: engine vs transformers vs the no-cache loop."""
+    plt = pyplot()
+    if plt is None:
+        return
 
     panels = [
         ("A: throughput (output tok/s)", "A", "tok_per_s", ["engine", "transformers"]),
@@ -103,4 +116,76 @@ def plot(results: dict[str, Any], path: Path) -> None:
                  f"{results[dtypes[0]]['device']}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# The card's targets on a CPU: (what, the bound, ">=" or "<=").
+CARD_TARGETS = {
+    "mbu_float32": (0.70, ">="),         # batch-1 decode / the memory ceiling, float32
+    "mbu_bfloat16": (0.70, ">="),        # the same in bfloat16
+    "batch8_step_over_batch1": (1.3, "<="),  # the costliest decode step of 2-8 requests / 1
+    "int8_over_bfloat16_decode": (1.7, ">="),  # batch-1 decode tok/s, int8 weights / bfloat16
+    "overhead": (0.15, "<="),            # share of a batch-1 step outside the products
+}
+
+
+def card_targets(cards: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target the cards measure: its name, the format, the value, the bound, met or not."""
+    rows: list[tuple[str, str, float]] = []
+    for fmt in ("float32", "bfloat16"):
+        if fmt in cards:
+            rows.append((f"mbu_{fmt}", fmt, cards[fmt]["bandwidth_utilisation"]))
+    for fmt, c in cards.items():
+        ratios = [p["step_over_batch1"] for p in c["curve"] if 1 < p["batch"] <= 8]
+        if ratios and c["curve"][0]["batch"] == 1:
+            rows.append(("batch8_step_over_batch1", fmt, max(ratios)))
+    if "int8" in cards and "bfloat16" in cards:
+        rows.append(("int8_over_bfloat16_decode", "int8",
+                     cards["int8"]["decode_tok_per_s"] / cards["bfloat16"]["decode_tok_per_s"]))
+    for fmt, c in cards.items():
+        rows.append(("overhead", fmt, c["overhead"]["overhead"]))
+    out = []
+    for name, fmt, value in rows:
+        bound, sense = CARD_TARGETS[name]
+        met = value >= bound if sense == ">=" else value <= bound
+        out.append({"target": name, "format": fmt, "value": value, "bound": bound,
+                    "sense": sense, "met": met})
+    return out
+
+
+def format_targets(targets: list[dict[str, Any]]) -> str:
+    """The targets as text lines: value, bound, met or MISSED."""
+    lines = ["== targets =="]
+    for t in targets:
+        verdict = "met" if t["met"] else "MISSED"
+        lines.append(f"  {t['target']:28s} {t['format']:9s} {t['value']:7.2f}  "
+                     f"(target {t['sense']} {t['bound']:.2f}: {verdict})")
+    return "\n".join(lines)
+
+
+def plot_curve(cards: dict[str, Any], path: Path) -> None:
+    """Two panels over B requests per decode step, one line per format: tokens/s, and bytes/s
+    read with the memory roof as a line."""
+    plt = pyplot()
+    if plt is None or not cards:
+        return
+    first = next(iter(cards.values()))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for fmt, c in cards.items():
+        batches = [p["batch"] for p in c["curve"]]
+        left.plot(batches, [p["tok_per_s"] for p in c["curve"]], marker="o", label=fmt)
+        right.plot(batches, [p["bytes_per_s"] / 1e9 for p in c["curve"]], marker="o", label=fmt)
+    right.axhline(first["bandwidth_bytes_per_s"] / 1e9, color="black", linestyle="--",
+                  label="memory roof")
+    for ax, title, unit in ((left, "decode throughput", "tokens/s"),
+                            (right, "bytes read per second", "GB/s")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.set_xlabel("requests per decode step (B)")
+        ax.set_ylabel(unit)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"minimodel decode curve: {first['model']} on {first['device']}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
     plt.close(fig)

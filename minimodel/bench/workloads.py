@@ -62,3 +62,67 @@ def card_workload(settings: BenchSettings) -> dict[str, int]:
         "decode_tokens": settings.card_decode_tokens or (256 if cuda else 32),
         "prefill_tokens": settings.card_prefill_tokens or (2048 if cuda else 256),
     }
+
+
+# Public-domain verse for the quality comparison's prompts: bard was trained on plays and poems,
+# so windows of real text are prompts it has a confident answer to (random ids are not).
+QUALITY_TEXT = """\
+Shall I compare thee to a summer's day?
+Thou art more lovely and more temperate:
+Rough winds do shake the darling buds of May,
+And summer's lease hath all too short a date;
+Sometime too hot the eye of heaven shines,
+And often is his gold complexion dimm'd;
+And every fair from fair sometime declines,
+By chance or nature's changing course untrimm'd;
+But thy eternal summer shall not fade,
+Nor lose possession of that fair thou ow'st;
+Nor shall Death brag thou wander'st in his shade,
+When in eternal lines to time thou grow'st:
+So long as men can breathe or eyes can see,
+So long lives this, and this gives life to thee.
+
+HAMLET.
+To be, or not to be, that is the question:
+Whether 'tis nobler in the mind to suffer
+The slings and arrows of outrageous fortune,
+Or to take arms against a sea of troubles,
+And by opposing end them? To die: to sleep;
+No more; and by a sleep to say we end
+The heart-ache and the thousand natural shocks
+That flesh is heir to, 'tis a consummation
+Devoutly to be wish'd. To die, to sleep;
+To sleep: perchance to dream: ay, there's the rub;
+For in that sleep of death what dreams may come
+When we have shuffled off this mortal coil,
+Must give us pause.
+
+Tyger Tyger, burning bright,
+In the forests of the night;
+What immortal hand or eye,
+Could frame thy fearful symmetry?
+In what distant deeps or skies.
+Burnt the fire of thine eyes?
+On what wings dare he aspire?
+What the hand, dare seize the fire?
+
+I wandered lonely as a cloud
+That floats on high o'er vales and hills,
+When all at once I saw a crowd,
+A host, of golden daffodils;
+Beside the lake, beneath the trees,
+Fluttering and dancing in the breeze.
+"""
+
+
+def text_prompts(token_ids: list[int], n: int, length_range: tuple[int, int],
+                 seed: int) -> list[list[int]]:
+    """n windows of a tokenized text, lengths uniform in length_range (inclusive), starts
+    uniform over the text: the same windows for the same text and seed."""
+    rng = np.random.RandomState(seed)
+    lengths = rng.randint(length_range[0], length_range[1] + 1, size=n)
+    if lengths.max() > len(token_ids):
+        raise ValueError(f"The text has {len(token_ids)} tokens, fewer than the longest prompt "
+                         f"({lengths.max()}); shorten the prompts.")
+    starts = [rng.randint(0, len(token_ids) - int(k) + 1) for k in lengths]
+    return [token_ids[s : s + int(k)] for s, k in zip(starts, lengths, strict=True)]

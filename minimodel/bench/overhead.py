@@ -1,0 +1,110 @@
+"""Where a batch-1 decode step's time goes, by torch.profiler: the matrix products with the
+weights, attention, and everything else (the engine's own overhead).
+
+What counts as a product: every call of `PRODUCT_OPS` that no other product or attention call
+encloses (so aten::linear -> aten::addmm counts once), from whichever formulation the layer
+was bound to: F.linear (aten::linear, aten::matmul, aten::mm, aten::addmm, aten::mv), oneDNN's
+prepacked product (mkldnn::_linear_pointwise) and the int8 / int4 weight kernels
+(aten::_weight_int8pack_mm, aten::_weight_int4pack_mm*). Attention is the
+scaled_dot_product_attention call. Everything else in a step is overhead: norms, RoPE, SiLU,
+the KV writes and page gathers, the metadata, the sampler (a log_softmax over the vocabulary),
+the scheduler and Python. The report splits it into torch calls (the largest named) and the
+time between them (Python, the scheduler).
+
+overhead = 1 - products / step, with the step's time taken by the profiler around each
+`llm.step()`: both parts from the same steps. The profiler adds a little time to every call it
+records, and a step makes hundreds of small calls, so this overestimates the overhead somewhat;
+the median of as many steps without the profiler is reported beside it (`step_unprofiled_s`),
+measured just before (on a shared machine, not the same moment: compare, do not divide).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from torch.autograd.profiler_util import FunctionEvent
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from minimodel.bench.runners import greedy
+from minimodel.bench.workloads import make_requests
+from minimodel.engine import LLM
+
+PRODUCT_OPS = frozenset({
+    "aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::mv",
+    "mkldnn::_linear_pointwise", "aten::_weight_int8pack_mm",
+    "aten::_weight_int4pack_mm", "aten::_weight_int4pack_mm_for_cpu",
+    "aten::_weight_int4pack_mm_with_scales_and_zeros",
+})
+ATTENTION_OPS = frozenset({"aten::scaled_dot_product_attention"})
+STEP_LABEL = "minimodel::decode_step"
+TOP_OTHERS = 6  # the overhead's largest calls reported by name
+
+
+def _enclosed(event: FunctionEvent, names: frozenset[str]) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name in names:
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def split_events(events: list[FunctionEvent]) -> tuple[dict[str, float], dict[str, float]]:
+    """({part: microseconds}, {op: microseconds}) of the profiled steps (STEP_LABEL).
+
+    Parts: the steps, the products and attention (each call counted once: a call inside
+    another counted call is part of it), and "ops_us", every call the step makes directly (so
+    step - ops is time with no torch call running: Python, the scheduler). The second dict sums
+    the direct calls that are neither products nor attention, by name: what the overhead is.
+    """
+    counted = PRODUCT_OPS | ATTENTION_OPS
+    total = {"step_us": 0.0, "products_us": 0.0, "attention_us": 0.0, "ops_us": 0.0}
+    others: dict[str, float] = {}
+    for e in events:
+        us = e.time_range.elapsed_us()
+        if e.name == STEP_LABEL:
+            total["step_us"] += us
+            continue
+        if e.name in counted and not _enclosed(e, counted):
+            total["products_us" if e.name in PRODUCT_OPS else "attention_us"] += us
+        if e.cpu_parent is not None and e.cpu_parent.name == STEP_LABEL:
+            total["ops_us"] += us
+            if e.name not in counted:
+                others[e.name] = others.get(e.name, 0.0) + us
+    return total, others
+
+
+def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
+                 seed: int = 7) -> dict[str, Any]:
+    """Profile `steps` batch-1 decode steps of one request (prompt_len tokens, greedy) after
+    timing as many without the profiler -> seconds per step in each part, and the overhead."""
+    prompt = make_requests(1, (prompt_len, prompt_len), (1, 1), seed, vocab)[0].prompt
+    rid = llm.add_request(prompt, greedy(2 * steps + 4))
+    try:
+        llm.step()  # the prefill
+        llm.step()  # a first decode step, untimed
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            llm.step()
+            times.append(time.perf_counter() - start)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                with record_function(STEP_LABEL):
+                    llm.step()
+    finally:
+        llm.abort(rid)
+    part, others = split_events(prof.events())
+    per_step = {k.removesuffix("_us") + "_s": v / steps / 1e6 for k, v in part.items()}
+    step, products = per_step["step_s"], per_step["products_s"]
+    unprofiled = statistics.median(times)
+    top = sorted(others.items(), key=lambda kv: -kv[1])[:TOP_OTHERS]
+    return {
+        "steps": steps, "prompt_tokens": prompt_len, **per_step,
+        "other_ops_s": per_step["ops_s"] - products - per_step["attention_s"],
+        "outside_ops_s": step - per_step["ops_s"],
+        "top_other_ops_s": {name: us / steps / 1e6 for name, us in top},
+        "overhead": 1 - products / step, "step_unprofiled_s": unprofiled,
+    }
