@@ -118,9 +118,9 @@ def test_choices_are_measured_once_then_read_from_home(monkeypatch):
     measured = []
     real = KernelTable.measure
 
-    def counting(self, w, repeats=5):
+    def counting(self, w, repeats=5, packed=None):
         measured.append(tuple(w.shape))
-        return real(self, w, repeats=1)
+        return real(self, w, repeats=1, packed=packed)
 
     monkeypatch.setattr(KernelTable, "measure", counting)
     first = mm.LLM("tiny", num_pages=8, skip_tokenizer_init=True)

@@ -51,13 +51,13 @@ def choose_kernels(model: nn.Module, table: KernelTable | None = None) -> list[K
         weight = members[0][1].weight
         if len(candidates(weight)) == 1:
             continue  # nothing to choose between: F.linear (torchao's own kernel for int4)
-        choices = table.get(weight)
+        choices, packed = table.get(weight), {}
         measured = choices is None
         if measured:
-            choices = table.measure(weight)
+            choices = table.measure(weight, packed=packed)  # its packs serve members[0]
             changed = True
-        for _, module in members:
-            module.kernels = LinearKernels(module.weight, choices)
+        for i, (_, module) in enumerate(members):
+            module.kernels = LinearKernels(module.weight, choices, packed if i == 0 else None)
         report.append(KernelChoice(tuple(weight.shape), key.split(":", 1)[1],
                                    [name for name, _ in members], choices, measured,
                                    table.seconds.get(key, {})))

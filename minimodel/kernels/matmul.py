@@ -160,9 +160,13 @@ class LinearKernels:
     than the largest bucket, or x with another shape, take F.linear.
     """
 
-    def __init__(self, weight: torch.Tensor, choices: dict[int, str]) -> None:
+    def __init__(self, weight: torch.Tensor, choices: dict[int, str],
+                 packed: dict[str, object] | None = None) -> None:
+        """`packed`: what measuring this same weight already prepacked (reused, not redone)."""
         self.choices = dict(choices)
-        self.packed = {name: FORMULATIONS[name].pack(weight)  # type: ignore[misc]
+        packed = packed or {}
+        self.packed = {name: packed[name] if name in packed
+                       else FORMULATIONS[name].pack(weight)  # type: ignore[misc]
                        for name in set(choices.values()) if FORMULATIONS[name].pack}
         self._by_rows: list[tuple[Callable[..., torch.Tensor], object]] = [
             (_linear, None)]  # rows 0
@@ -246,12 +250,16 @@ class KernelTable:
             return None  # a formulation this machine can no longer run: measure again
         return {int(b): name for b, name in found.items()}
 
-    def measure(self, weight: torch.Tensor, repeats: int = 5) -> dict[int, str]:
+    def measure(self, weight: torch.Tensor, repeats: int = 5,
+                packed: dict[str, object] | None = None) -> dict[int, str]:
         """Time every candidate at every row bucket on this weight; keep and return the
-        fastest per bucket (saved with `save`)."""
+        fastest per bucket (saved with `save`). The prepacked weights go into `packed`, when
+        given, for the layer to keep."""
         names = candidates(weight)
-        packed = {n: FORMULATIONS[n].pack(weight) for n in names  # type: ignore[misc]
-                  if FORMULATIONS[n].pack}
+        packed = {} if packed is None else packed
+        for n in names:
+            if FORMULATIONS[n].pack and n not in packed:
+                packed[n] = FORMULATIONS[n].pack(weight)  # type: ignore[misc]
         chosen, seconds = {}, {}
         for bucket in ROW_BUCKETS:
             times = time_formulations(weight, bucket, names, repeats, packed)

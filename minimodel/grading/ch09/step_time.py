@@ -207,28 +207,28 @@ def _roof() -> tuple[float, float]:
     return float(torch.empty(()).uniform_(10e9, 100e9)), float(torch.empty(()).uniform_(5e10, 2e12))
 
 
-@exercise("ch09.predict_step_seconds", "float32 and bfloat16 decode steps of random configs: "
-          "the weights once, each request's K/V, the slower roof")
-def _plain(fn: Callable) -> str:
+def _random_steps(fn: Callable, formats: tuple[str, str]) -> str:
+    """12 decode steps of random configs, batches and contexts on random roofs, the two
+    formats taking turns."""
     cases = []
     for i in range(12):
         cfg = _random_config()
         batch, kv_len = int(torch.randint(1, 9, ())), int(torch.randint(1, 4097, ()))
-        cases.append((cfg, batch, kv_len, ("float32", "bfloat16")[i % 2], *_roof()))
+        cases.append((cfg, batch, kv_len, formats[i % 2], *_roof()))
     _cases(fn, cases)
     return "12 random configs"
+
+
+@exercise("ch09.predict_step_seconds", "float32 and bfloat16 decode steps of random configs: "
+          "the weights once, each request's K/V, the slower roof")
+def _plain(fn: Callable) -> str:
+    return _random_steps(fn, ("float32", "bfloat16"))
 
 
 @exercise("ch09.predict_step_seconds", "int8 and int4 weights: their integers with their "
           "scales (and int4's zero points), the K/V cache in bfloat16")
 def _quantized(fn: Callable) -> str:
-    cases = []
-    for i in range(12):
-        cfg = _random_config()
-        batch, kv_len = int(torch.randint(1, 9, ())), int(torch.randint(1, 4097, ()))
-        cases.append((cfg, batch, kv_len, ("int8", "int4")[i % 2], *_roof()))
-    _cases(fn, cases)
-    return "12 random configs"
+    return _random_steps(fn, ("int8", "int4"))
 
 
 @exercise("ch09.predict_step_seconds", "a batch shares the weights' read: 1 to 256 requests, "
