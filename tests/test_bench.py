@@ -190,3 +190,18 @@ def test_card_and_quality_flags():
         with pytest.raises(SystemExit) as err:
             bench.parse_args(bad)
         assert err.value.code == 2, bad
+
+
+def test_prefix_workloads_run_alone_and_write_json(tmp_path, capsys):
+    out = tmp_path / "prefix.json"
+    assert bench.main(["--workloads", "P", "--prefix-models", "tiny", "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())["prefix"][0]
+    assert rep["model"] == "tiny" and rep["workloads"]["questions"] == 32
+    for name in ("P1", "P2"):
+        assert rep[name]["same_tokens"], name
+        assert rep[name]["on"]["prefill_tokens"] < rep[name]["off"]["prefill_tokens"]
+        assert rep[name]["off"]["hit_rate"] == 0 < rep[name]["on"]["hit_rate"]
+    printed = capsys.readouterr().out
+    assert "P1 mean TTFT at least 5x lower" in printed and "off/on" in printed
+    with pytest.raises(ValueError, match="P run on their own"):
+        bench.main(["--workloads", "P,A", "--out", str(out)])

@@ -267,6 +267,38 @@ def _value(metrics: dict, name: str, **labels: str) -> float:
 
 
 @pytest.mark.stress
+def test_a_repeated_prompt_reports_its_cached_tokens(served):
+    """usage.prompt_tokens_details.cached_tokens (OpenAI's field, read by the openai client),
+    streamed and not; /health and /metrics report the prefix cache."""
+    server, client, _ = served
+    _settled(server)
+    before = _metrics(server)
+    prompt = "A prompt that no other test sends, long enough to fill a few pages: " * 4
+    page = server.llm.config.page_size
+    first = client.completions.create(model="tiny", prompt=prompt, max_tokens=3, temperature=0)
+    assert first.usage.prompt_tokens > 3 * page
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    again = client.completions.create(model="tiny", prompt=prompt, max_tokens=3, temperature=0)
+    cached = again.usage.prompt_tokens_details.cached_tokens
+    assert cached == (first.usage.prompt_tokens - 1) // page * page
+    assert again.choices[0].text == first.choices[0].text
+    chunks = list(client.completions.create(model="tiny", prompt=prompt, max_tokens=3,
+                                            stream=True,
+                                            stream_options={"include_usage": True}))
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == cached
+    _settled(server)
+    health = httpx.get(server.url + "/health").json()
+    assert health["cached_pages"] >= cached // page
+    assert health["evictable_pages"] == health["cached_pages"], "idle: nobody holds a page"
+    assert 0 < health["prefix_cache_hit_rate"] <= 1
+    after = _metrics(server)
+    assert _value(after, "minimodel:prefix_cache_hits_total") - _value(
+        before, "minimodel:prefix_cache_hits_total") == 2 * cached
+    assert _value(after, "minimodel:prefix_cache_queries_total") - _value(
+        before, "minimodel:prefix_cache_queries_total") == 3 * first.usage.prompt_tokens
+    assert _value(after, "minimodel:prefix_cache_pages") == health["cached_pages"]
+
+
 def test_metrics_move_as_requests_run(served):
     server, client, _ = served
     _settled(server)

@@ -14,6 +14,7 @@ import torch
 
 from minimodel.bench.card import machine, run_card
 from minimodel.bench.curve import CURVE_BATCHES
+from minimodel.bench.prefix import format_prefix, prefix_report
 from minimodel.bench.quality import format_quality, quality_report
 from minimodel.bench.report import format_table, plot
 from minimodel.bench.runners import SYSTEM_WORKLOADS, run_dtype
@@ -32,6 +33,7 @@ Side-by-side benchmark: the minimodel engine vs transformers `generate` vs the n
     python -m minimodel bench --card                # the benchmark card only (minutes on CPU)
     python -m minimodel bench --card --model bard   # the card of the small trained model
     python -m minimodel bench --quality             # int8 and int4 against bfloat16
+    python -m minimodel bench --workloads P         # prefix caching: the cache on against off
 
 Workloads (same model, same requests, same dtype and threads for every system):
   A  throughput: 16 requests, prompt lengths uniform in [32, 256], output lengths uniform in
@@ -43,6 +45,12 @@ Workloads (same model, same requests, same dtype and threads for every system):
   N  (CUDA only) nano-vllm's workload: 256 requests, input and output lengths uniform in
      [100, 1024], temperature 0.6, ignore EOS.
 Prints a table, writes JSON (--out) and a PNG plot next to it.
+
+Workloads P (--workloads P, the engine alone, on each of --prefix-models): prefix caching on
+against off, side by side. P1: a 1,024-token system prompt shared by 32 different 32-token
+questions, sent at once, 32 new tokens each. P2: a 6-turn chat, each turn's prompt the whole
+conversation so far (a new 64-token user message per turn, 32-token answers). Mean and p90
+time to first token, output tokens/s, prefill tokens computed, hit rate, and the ratios.
 
 The card (--card) first measures what the hardware allows, then what the engine reaches, per
 format (--card-formats: float32, bfloat16, and int8 weights with bfloat16 activations): the
@@ -72,7 +80,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", default=None, type=names(("float32", "bfloat16", "float16")),
                    help="float32, bfloat16 or both comma-separated (default: both on CPU, "
                         "bfloat16 on CUDA)")
-    p.add_argument("--workloads", default="A,B,C", type=names(("A", "B", "C", "N"), upper=True),
+    p.add_argument("--workloads", default="A,B,C",
+                   type=names(("A", "B", "C", "N", "P"), upper=True),
                    help="comma-separated from A,B,C (and N on "
                    "CUDA, added by default there)")
     p.add_argument("--out", default=None, help="JSON path (default build/bench.json, with --card "
@@ -121,6 +130,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="quality: formats compared with bfloat16")
     p.add_argument("--quality-prompts", type=positive_int, default=64)
     p.add_argument("--quality-tokens", type=int_at_least(2), default=32)
+    p.add_argument("--prefix-models", default="bard,random:qwen3-0.6b",
+                   help="models of workloads P (comma-separated)")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
@@ -193,12 +204,19 @@ def main(argv: list[str] | None = None) -> int:
     workloads = set(args.workloads.upper().split(","))
     if args.device == "cuda" and args.workloads == "A,B,C":
         workloads.add("N")
-    if not (args.card or args.quality):
+    if "P" in workloads and len(workloads) > 1:
+        raise ValueError("Workloads P run on their own (the engine, cache on against off): "
+                         "pass --workloads P alone.")
+    if not (args.card or args.quality or "P" in workloads):
         check_plan(args, workloads)
     default_out = ("build/bench-card.json" if args.card else
-                   "build/bench-quality.json" if args.quality else "build/bench.json")
+                   "build/bench-quality.json" if args.quality else
+                   "build/bench-prefix.json" if "P" in workloads else "build/bench.json")
     out = writable_out(Path(args.out or default_out))
     command = "python -m minimodel bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    if "P" in workloads and not (args.card or args.quality):
+        return run_prefix(args.prefix_models.split(","), args.dtype or "float32", args.device,
+                          args.page_size, command, out, settings.quiet)
     if args.quality:
         return run_quality(settings, args.quality_models.split(","),
                            args.quality_formats.split(","), command, out)
@@ -224,6 +242,20 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(results) + note)
     if not args.no_plot:
         plot(results, out.with_suffix(".png"))
+    return 0
+
+
+def run_prefix(models: list[str], fmt: str, device: str, page_size: int, command: str,
+               out: Path, quiet: bool) -> int:
+    """Workloads P on each model: print the table, write the JSON to `out` as it goes."""
+    reports = []
+    for model in models:
+        if not quiet:
+            print(f"[prefix] {model}: P1 and P2, the cache off then on ...", flush=True)
+        reports.append(prefix_report(model, fmt=fmt, device=device, page_size=page_size))
+        report = {"machine": machine(), "command": command, "prefix": reports}
+        out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")  # so far
+    print(format_prefix(reports))
     return 0
 
 

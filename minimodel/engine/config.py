@@ -65,8 +65,8 @@ class EngineConfig:
     threads_per_rank: int  # torch threads of each rank: this process's, split between ranks
     quantization: str | None  # None, "int8" or "int4": weight-only (engine/quantization.py)
     tune_kernels: bool  # on a CPU, each product the fastest measured way (kernel_choice.py)
-    # Room for what comes next: a radix tree over shared pages, draft tokens checked per step.
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool  # full pages kept in a radix tree and shared (radix_cache.py)
+    # Room for what comes next: draft tokens checked per step.
     num_speculative_tokens: int = 0
 
     @classmethod
@@ -87,6 +87,7 @@ class EngineConfig:
         tensor_parallel_size: int = 1,
         quantization: str | None = None,
         tune_kernels: bool = True,
+        enable_prefix_caching: bool = True,
     ) -> EngineConfig:
         """Check every setting before anything is loaded; a ValueError names the one that is
         wrong and what it may be (TPConfigError, a ValueError, for tensor_parallel_size)."""
@@ -99,7 +100,8 @@ class EngineConfig:
                              f"{kv_cache_bytes!r}.")
         for name, flag in (("enforce_eager", enforce_eager),
                            ("skip_tokenizer_init", skip_tokenizer_init),
-                           ("tune_kernels", tune_kernels)):
+                           ("tune_kernels", tune_kernels),
+                           ("enable_prefix_caching", enable_prefix_caching)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be True or False, got {flag!r}.")
         dev = resolve_device(device)
@@ -130,6 +132,7 @@ class EngineConfig:
             eos_token_ids=frozenset(eos_token_ids(folder, hf_config.eos_token_id) or ()),
             threads_per_rank=max(1, torch.get_num_threads() // tp),
             quantization=quantization, tune_kernels=tune_kernels,
+            enable_prefix_caching=enable_prefix_caching,
         )
 
     @property

@@ -19,8 +19,9 @@ import torch
 from minimodel.engine import parallel
 from minimodel.engine.config import EngineConfig, check_settings
 from minimodel.engine.detokenizer import IncrementalDetokenizer, TextStream
-from minimodel.engine.kv_cache import PageAllocator, pages_needed
+from minimodel.engine.kv_cache import pages_needed
 from minimodel.engine.outputs import RequestMetrics, RequestOutput
+from minimodel.engine.radix_cache import RadixCache, RefCountedAllocator
 from minimodel.engine.runner import ModelRunner, load_shard
 from minimodel.engine.scheduler import ScheduledBatch, Scheduler
 from minimodel.engine.sequence import Sequence
@@ -89,6 +90,10 @@ class LLM:
     tune_kernels: on a CPU, time each layer's product in a few formulations per row count
         once (cached under $MINIMODEL_HOME) and run the fastest; `self.kernel_choices` says
         what was chosen (engine/kernel_choice.py). False: F.linear everywhere. CUDA: F.linear.
+    enable_prefix_caching: keep the full KV pages of earlier requests in a radix tree and
+        start each new request after the longest prefix it holds (engine/radix_cache.py);
+        `RequestOutput.metrics.cached_tokens` says how many prompt tokens were not computed
+        again. False: every prompt is computed from its first token.
     """
 
     def __init__(self, model: str | os.PathLike[str] = "tiny", **settings: Any) -> None:
@@ -108,7 +113,9 @@ class LLM:
         self.runner = (ModelRunner(config, self.model) if config.tensor_parallel_size == 1
                        else parallel.ParallelRunner(config, self.model))
         self.kv_cache = self.runner.kv_cache
-        self.allocator = PageAllocator(config.num_pages)  # lends pages 0 .. num_pages - 1
+        self.allocator = RefCountedAllocator(config.num_pages)  # pages 0 .. num_pages - 1
+        self.prefix_cache = (RadixCache(self.allocator, config.page_size)
+                             if config.enable_prefix_caching else None)
         if config.graphs_off:
             self.cuda_graphs_reason = f"off: {config.graphs_off}"
         else:
@@ -118,7 +125,7 @@ class LLM:
             )
         self.scheduler = Scheduler(
             self.allocator, config.page_size, config.max_num_seqs,
-            config.max_num_batched_tokens, config.max_model_len,
+            config.max_num_batched_tokens, config.max_model_len, cache=self.prefix_cache,
         )
         self.skip_tokenizer_init = config.skip_tokenizer_init
         self._tokenizer: Tokenizer | None = None
@@ -213,6 +220,24 @@ class LLM:
                 self.scheduler.add(seq)
         return [s.request_id for s in seqs]
 
+    def reset_prefix_cache(self) -> bool:
+        """Empty the prefix cache (vLLM's name): every cached page that no unfinished request
+        holds returns to the pool. True if the cache is empty now; False if running requests
+        still share some of its pages, or there is no prefix cache."""
+        return self.scheduler.reset_cache()
+
+    def prefix_cache_stats(self) -> dict[str, int | float]:
+        """The prefix cache seen from outside: pages in it, pages only it holds (evictable),
+        and the hit rate: prompt tokens found in it / prompt tokens admitted (0 when off).
+        Plain counters: another thread may read them while the engine steps."""
+        sched, cache = self.scheduler, self.prefix_cache
+        return {
+            "cached_pages": cache.num_pages if cache is not None else 0,
+            "evictable_pages": self.allocator.num_evictable,
+            "hit_rate": sched.num_hit_tokens / sched.num_queried_tokens
+            if sched.num_queried_tokens else 0.0,
+        }
+
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()
 
@@ -302,6 +327,7 @@ class LLM:
                 prompt_tokens=seq.num_prompt_tokens,
                 generated_tokens=n,
                 num_preemptions=seq.num_preemptions,
+                cached_tokens=seq.num_cached_prompt_tokens or 0,
             ),
             top_logprobs=([list(t) for t in seq.top_logprobs]
                           if seq.params.num_logprobs is not None else None),

@@ -20,6 +20,7 @@ class RequestMetrics:
     prompt_tokens: int
     generated_tokens: int
     num_preemptions: int
+    cached_tokens: int = 0  # prompt tokens the prefix cache held when it was first admitted
 
 
 @dataclass

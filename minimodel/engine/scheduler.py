@@ -10,6 +10,11 @@ Each step is either a prefill step or a decode step:
   (prompt + what it generated so far) when pages are free again. Nothing is ever dropped.
 Finished requests leave between steps and new ones join, so the batch never waits for its
 slowest member.
+
+With a prefix cache (engine/radix_cache.py), a request's full pages join the cache's tree as
+soon as they are computed, and stay there when it finishes or is preempted; a request that
+is admitted starts from the longest prefix the tree holds: those pages are shared, not
+computed again, and only the rest counts against the token budget and the pool.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from minimodel.engine.kv_cache import PageAllocator, pages_needed
+from minimodel.engine.radix_cache import RadixCache
 from minimodel.engine.sequence import Sequence, Status
 
 log = logging.getLogger("minimodel.engine")
@@ -56,7 +62,8 @@ class ScheduledBatch:
 
 
 class Scheduler:
-    """Owns the waiting and running queues and the page allocator."""
+    """Owns the waiting and running queues and the page allocator (and the prefix cache, when
+    there is one: `cache`, over a RefCountedAllocator)."""
 
     def __init__(
         self,
@@ -65,14 +72,20 @@ class Scheduler:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         max_model_len: int,
+        cache: RadixCache | None = None,
     ) -> None:
         self.allocator = allocator
+        self.cache = cache
         self.page_size = page_size
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
+        # Admitted prompts' tokens, how many of them the cache held, and prefill tokens run.
+        self.num_queried_tokens = 0
+        self.num_hit_tokens = 0
+        self.num_prefill_tokens = 0
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -95,9 +108,21 @@ class Scheduler:
             seq = self.waiting[0]
             if len(self.running) >= self.max_num_seqs:  # admitted ones joined running already
                 break
+            fresh = not seq.page_table  # not a prompt whose first chunks ran already
+            if fresh and self.cache is not None:
+                self._match(seq)
             q_len = min(seq.num_uncached_tokens, budget)
-            if not self._grow(seq, seq.num_cached_tokens + q_len):
+            if (fresh and self.cache is not None and self._computed_now(seq, seqs, q_lens)) \
+                    or not self._grow(seq, seq.num_cached_tokens + q_len):
+                if fresh:  # a waiting request holds no page
+                    self._release(seq)
+                    seq.num_cached_tokens = 0
                 break
+            if fresh:
+                self.num_queried_tokens += seq.num_tokens
+                self.num_hit_tokens += seq.num_cached_tokens
+                if seq.num_cached_prompt_tokens is None:  # the first admission (metrics)
+                    seq.num_cached_prompt_tokens = seq.num_cached_tokens
             seqs.append(seq)
             q_lens.append(q_len)
             budget -= q_len
@@ -106,6 +131,7 @@ class Scheduler:
             self.waiting.popleft()
             seq.status = Status.RUNNING
             self.running.append(seq)
+        self.num_prefill_tokens += sum(q_lens)
         return ScheduledBatch(seqs, q_lens, is_prefill=True) if seqs else None
 
     def _schedule_decode(self) -> ScheduledBatch | None:
@@ -147,10 +173,72 @@ class Scheduler:
             seq.page_table += self.allocator.allocate(extra)
         return True
 
-    def _preempt(self, seq: Sequence) -> None:
-        """Free seq's pages; it waits at the front and recomputes all its tokens later."""
+    def _match(self, seq: Sequence) -> None:
+        """Start seq from the longest prefix of its tokens that the cache holds: share those
+        pages. At least its last token is computed again, so that it has logits to sample
+        from (and a partly filled page is never shared): whole pages of the first
+        num_tokens - 1 tokens at most."""
+        assert self.cache is not None and not seq.page_table
+        pages, node = self.cache.match(seq.token_ids, (seq.num_tokens - 1) // self.page_size)
+        self.allocator.share(pages)
+        seq.page_table = pages
+        seq.num_cached_tokens = len(pages) * self.page_size
+        seq.cache_node, seq.num_pages_in_cache = node, len(pages)
+
+    def _computed_now(self, seq: Sequence, seqs: list[Sequence], q_lens: list[int]) -> bool:
+        """Does a request already in this step compute the next page of seq's prompt (the same
+        tokens after the same cached pages)? Then seq waits one step and finds that page in
+        the cache, instead of computing it a second time in the same batch (SGLang's
+        in-batch prefix check): a shared system prompt is computed once, not once per
+        request of the first batch."""
+        S, m = self.page_size, len(seq.page_table)
+        if seq.num_tokens - 1 < (m + 1) * S:
+            return False  # no whole page of seq's left to share
+        page = seq.token_ids[m * S:(m + 1) * S]
+        for other, q_len in zip(seqs, q_lens, strict=True):
+            start = other.num_cached_tokens  # where other's tokens of this step begin
+            if start <= m * S and start + q_len >= (m + 1) * S \
+                    and other.page_table[:m] == seq.page_table \
+                    and other.token_ids[m * S:(m + 1) * S] == page:
+                return True
+        return False
+
+    def _cache_full_pages(self, seq: Sequence) -> None:
+        """Put seq's computed full pages that are not in the cache yet into it. Where the cache
+        held those tokens already (another request computed them too), seq uses the cache's
+        page from now on and lets its own copy go."""
+        assert self.cache is not None
+        start, full = seq.num_pages_in_cache, seq.num_cached_tokens // self.page_size
+        if full <= start:
+            return
+        S = self.page_size
+        held, node = self.cache.insert(seq.token_ids[start * S:full * S],
+                                       seq.page_table[start:full], seq.cache_node)
+        for i, page in enumerate(held, start):
+            if page != seq.page_table[i]:
+                self.allocator.share([page])
+                self.allocator.free([seq.page_table[i]])
+                seq.page_table[i] = page
+        seq.cache_node, seq.num_pages_in_cache = node, full
+
+    def _release(self, seq: Sequence) -> None:
+        """seq lets go of its pages: its full computed pages stay in the cache (if any), the
+        rest return to the pool."""
+        if self.cache is not None:
+            self._cache_full_pages(seq)
         self.allocator.free(seq.page_table)
         seq.page_table = []
+        seq.cache_node, seq.num_pages_in_cache = None, 0
+
+    def reset_cache(self) -> bool:
+        """Empty the prefix cache of every page no request holds; True if it is empty now
+        (False: no cache, or running requests still share some of its pages)."""
+        return self.cache is not None and self.cache.reset()
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Free seq's pages; it waits at the front and recomputes all its tokens later (those
+        still in the prefix cache, if there is one, are shared again instead)."""
+        self._release(seq)
         seq.num_cached_tokens = 0
         seq.num_preemptions += 1
         seq.status = Status.WAITING
@@ -170,6 +258,8 @@ class Scheduler:
         sampled = iter(zip(tokens, logprobs, strict=True))
         for seq, q_len, sample in zip(batch.seqs, batch.q_lens, batch.sample_mask, strict=True):
             seq.num_cached_tokens += q_len
+            if self.cache is not None:
+                self._cache_full_pages(seq)
             if not sample:
                 continue  # a prompt chunk: nothing to sample yet
             token, logprob = next(sampled)
@@ -190,7 +280,6 @@ class Scheduler:
         seq.finish_reason = reason
         seq.status = Status.FINISHED
         seq.finish_time = time.perf_counter()
-        self.allocator.free(seq.page_table)
-        seq.page_table = []
+        self._release(seq)
         if seq in self.running:
             self.running.remove(seq)

@@ -8,6 +8,7 @@ from enum import Enum
 import torch
 
 from minimodel.engine.detokenizer import IncrementalDetokenizer
+from minimodel.engine.radix_cache import Node
 from minimodel.sampling import SamplingParams
 
 
@@ -45,6 +46,11 @@ class Sequence:
         self.status = Status.WAITING
         self.page_table: list[int] = []
         self.num_cached_tokens = 0
+        # With a prefix cache: page_table[:num_pages_in_cache] are in its tree, ending at
+        # cache_node; how many prompt tokens it held when the request was first admitted.
+        self.cache_node: Node | None = None
+        self.num_pages_in_cache = 0
+        self.num_cached_prompt_tokens: int | None = None
         self.logprobs: list[float] = []
         self.top_logprobs: list[list[tuple[int, float]]] = []  # per token, with logprobs=N
         self.finish_reason: str | None = None

@@ -113,6 +113,9 @@ class Kind:
         return {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
 
 
-def usage_body(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    """OpenAI's usage; prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache
+    held (not computed again)."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}

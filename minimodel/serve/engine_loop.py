@@ -166,12 +166,16 @@ class EngineLoop:
         """Requests in the server now: admitted and not yet finished or cancelled."""
         return self._num_requests
 
-    def stats(self) -> dict[str, int]:
-        """A snapshot of the engine's queues and KV pool (read without stopping it)."""
+    def stats(self) -> dict[str, int | float]:
+        """A snapshot of the engine's queues, KV pool and prefix cache (read without stopping
+        it): free_pages counts the cached pages no request holds (evictable_pages), which the
+        pool lends again when it needs them."""
         sched, pool = self.llm.scheduler, self.llm.allocator
         return {"requests": self._num_requests, "running": len(sched.running),
                 "waiting": len(sched.waiting), "free_pages": pool.num_free,
-                "num_pages": pool.num_pages, "steps": self.num_steps}
+                "num_pages": pool.num_pages, "steps": self.num_steps,
+                **{("prefix_cache_" + k if k == "hit_rate" else k): v
+                   for k, v in self.llm.prefix_cache_stats().items()}}
 
     def job(self) -> Job:
         """A group of requests answered together (the choices of one HTTP request)."""

@@ -3,10 +3,13 @@ under a `minimodel:` prefix.
 
     gauges      minimodel:num_requests_running, minimodel:num_requests_waiting,
                 minimodel:kv_cache_usage_perc (0..1), minimodel:kv_cache_used_pages,
-                minimodel:kv_cache_free_pages, minimodel:kv_cache_total_pages (read when scraped)
+                minimodel:kv_cache_free_pages, minimodel:kv_cache_total_pages,
+                minimodel:prefix_cache_pages, minimodel:prefix_cache_evictable_pages (read
+                when scraped)
     counters    minimodel:prompt_tokens_total, minimodel:generation_tokens_total,
                 minimodel:request_success_total{finished_reason="stop"|"length"|"abort"},
-                minimodel:num_preemptions_total
+                minimodel:num_preemptions_total, minimodel:prefix_cache_queries_total and
+                minimodel:prefix_cache_hits_total (prompt tokens looked up / found cached)
     histograms  minimodel:time_to_first_token_seconds, minimodel:time_per_output_token_seconds,
                 minimodel:e2e_request_latency_seconds (the engine's own timestamps)
 
@@ -60,6 +63,10 @@ class ServerMetrics:
               lambda: stats()["num_pages"] - stats()["free_pages"])
         gauge("kv_cache_free_pages", "KV-cache pages free.", lambda: stats()["free_pages"])
         gauge("kv_cache_total_pages", "KV-cache pages in all.", lambda: stats()["num_pages"])
+        gauge("prefix_cache_pages", "KV-cache pages in the prefix cache's tree.",
+              lambda: stats()["cached_pages"])
+        gauge("prefix_cache_evictable_pages", "Cached pages no request holds (counted free).",
+              lambda: stats()["evictable_pages"])
 
         def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
             return Counter(PREFIX + name, doc, [*labels, *extra], registry=self.registry)
@@ -74,6 +81,10 @@ class ServerMetrics:
         self._generation = counter("generation_tokens", "Tokens generated.").labels(**labels)
         self._preemptions = counter("num_preemptions", "Times a request was preempted "
                                     "(its pages taken back, recomputed later).").labels(**labels)
+        self._queries = counter("prefix_cache_queries", "Prompt tokens of finished requests, "
+                                "looked up in the prefix cache.").labels(**labels)
+        self._hits = counter("prefix_cache_hits", "Of those, the tokens the prefix cache held."
+                             ).labels(**labels)
         self._success = counter("request_success", "Requests that ended, by finish reason.",
                                 ("finished_reason",))
         self._labels = labels
@@ -101,6 +112,8 @@ class ServerMetrics:
         self._e2e.observe(m.e2e_s)
         if m.num_preemptions:
             self._preemptions.inc(m.num_preemptions)
+        self._queries.inc(m.prompt_tokens)
+        self._hits.inc(m.cached_tokens)
 
     def aborted(self, count: int = 1) -> None:
         if count:

@@ -113,8 +113,9 @@ async def answer(request: Request, engine: EngineLoop, tokenizer: Tokenizer, rep
         text = out.text if reply.echoed is None else reply.echoed[i] + out.text
         choices.append(reply.kind.choice(i, text, lp, out.finish_reason))
     completion_tokens = sum(len(o.token_ids) for o in outputs)
+    cached_tokens = sum(o.metrics.cached_tokens for o in outputs)
     return JSONResponse({**meta, "object": reply.kind.object, "choices": choices,
-                         "usage": usage_body(prompt_tokens, completion_tokens)})
+                         "usage": usage_body(prompt_tokens, completion_tokens, cached_tokens)})
 
 
 def _update_error(update: Update) -> APIError:
@@ -150,7 +151,7 @@ async def _events(job: Job, reply: Reply, meta: dict, texts: list[TextStream],
     if reply.echoed is not None:  # each completion choice opens with its prompt's text
         yield event([kind.chunk_choice(i, text, None, None)
                      for i, text in enumerate(reply.echoed)])
-    completion_tokens = 0
+    completion_tokens = cached_tokens = 0
     offsets = [0] * len(texts)
     splits = ([ReasoningSplit(kind.thinking, kind.opened) for _ in texts]
               if kind.thinking is not None else None)
@@ -165,6 +166,8 @@ async def _events(job: Job, reply: Reply, meta: dict, texts: list[TextStream],
             delta = (text.flush(update.output.text) if update.output is not None
                      else text.push(update.token_ids))
             completion_tokens += len(update.token_ids)
+            if update.output is not None:
+                cached_tokens += update.output.metrics.cached_tokens
             lp = None
             if reply.logprobs and update.token_ids:
                 lp = reply.logprobs_of(tokenizer, update.token_ids, update.logprobs,
@@ -181,7 +184,7 @@ async def _events(job: Job, reply: Reply, meta: dict, texts: list[TextStream],
                 continue  # a token that completes no character yet
             yield event([kind.chunk_choice(i, delta, lp, finish, reasoning=reasoning)])
         if reply.include_usage:
-            yield event([], usage_body(prompt_tokens, completion_tokens))
+            yield event([], usage_body(prompt_tokens, completion_tokens, cached_tokens))
         yield {"data": "[DONE]"}
     finally:
         job.cancel()

@@ -54,12 +54,15 @@ def engine_schedule(prompt_lens: list[int], max_new: list[int], page_size: int, 
 
 @functools.lru_cache(maxsize=1)
 def _reference_llm():
-    """mm.LLM on the course's model with the capstone's settings (loaded once)."""
+    """mm.LLM on the course's model with the capstone's settings (loaded once), as chapter 08
+    built it: without chapter 12's prefix cache, so that it runs the batches the Scheduler
+    alone schedules (a preempted request recomputes all its tokens)."""
     from minimodel.engine.llm import LLM
 
     s = CAPSTONE_SETTINGS
     return LLM(CAPSTONE_MODEL, page_size=s["page_size"], num_pages=s["num_pages"],
-               max_num_batched_tokens=s["max_num_batched_tokens"], max_num_seqs=s["max_num_seqs"])
+               max_num_batched_tokens=s["max_num_batched_tokens"], max_num_seqs=s["max_num_seqs"],
+               enable_prefix_caching=False)
 
 
 @functools.lru_cache(maxsize=1)
