@@ -153,7 +153,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     dtype = _dtype(args.device, args.dtype, args.quantization)
     with LLM(model, device=args.device, dtype=dtype, max_num_seqs=args.max_num_seqs,
              num_pages=args.num_pages, tensor_parallel_size=args.tensor_parallel_size,
-             max_model_len=args.max_model_len, quantization=args.quantization) as llm:
+             max_model_len=args.max_model_len, quantization=args.quantization,
+             enable_prefix_caching=args.enable_prefix_caching) as llm:
         name = args.served_model_name or model
         print(f"minimodel: serving {name!r} on http://{args.host}:{args.port} "
               f"(OpenAI API under /v1; Ctrl-C stops)", flush=True)
@@ -320,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor-parallel-size", type=positive_int, default=1,
                    help="processes that split the model (chapter 10)")
     _quantization_arg(p)
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                   default=True, help="share the KV pages of prompt prefixes seen before "
+                   "(chapter 12; default: on)")
     p.add_argument("--max-requests", type=positive_int, default=256,
                    help="requests held at once (running + waiting); more get HTTP 429")
     p.add_argument("--log-level", default="info",

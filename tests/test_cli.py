@@ -296,3 +296,6 @@ def test_serve_takes_the_model_positionally_or_with_model():
                                       "--max-body-bytes", "1000"])
     assert (_serve_model(args), args.dtype, args.max_model_len, args.body_timeout,
             args.max_body_bytes) == ("Qwen/Qwen3-0.6B", "float16", 2048, 2.5, 1000)
+    assert args.enable_prefix_caching  # on by default, as vLLM's
+    args = build_parser().parse_args(["serve", "tiny", "--no-enable-prefix-caching"])
+    assert args.enable_prefix_caching is False

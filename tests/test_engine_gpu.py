@@ -62,7 +62,8 @@ def torch_forced(folder, prompts, outs, dtype) -> list[list[tuple[int, float]]]:
     """(greedy token, logprob) of the torch engine at every position of every output, given
     the output's own tokens before that position."""
     llm = LLM(folder, device="cuda", dtype=dtype, attention_backend="torch", enforce_eager=True,
-              num_pages=8192, max_num_seqs=256, skip_tokenizer_init=True)
+              num_pages=8192, max_num_seqs=256, skip_tokenizer_init=True,
+              enable_prefix_caching=False)  # every forced prompt computed from its first token
     forced = [(i, p + o.token_ids[:k]) for i, (p, o) in enumerate(zip(prompts, outs))
               for k in range(len(o.token_ids))]
     res = llm.generate([f for _, f in forced], greedy(1))
@@ -226,3 +227,23 @@ def test_what_flashinfer_cannot_run_falls_back_on_cuda(small_checkpoint):
             num_pages=64, skip_tokenizer_init=True)
     assert LLM(folder, device="cuda", num_pages=64,
                skip_tokenizer_init=True).backend_name == "flashinfer"
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_prefix_caching_under_graphs(small_checkpoint, page_size):
+    """Requests that share a system prompt, in two waves, through FlashInfer and the decode
+    graphs: shared page ids in paged_kv_indices, each output close to the torch engine's
+    without a cache."""
+    folder = gpu_checkpoint(small_checkpoint, 8)
+    g = torch.Generator().manual_seed(7)
+    system = torch.randint(0, 512, (70,), generator=g).tolist()
+    prompts = [system + torch.randint(0, 512, (n,), generator=g).tolist()
+               for n in (3, 17, 1, 40, 9, 25)]
+    llm = LLM(folder, device="cuda", dtype=torch.bfloat16, attention_backend="flashinfer",
+              page_size=page_size, num_pages=4096 // page_size, max_num_seqs=8,
+              skip_tokenizer_init=True)
+    replays = record_replays(llm)
+    outs = llm.generate(prompts[:3], greedy(12)) + llm.generate(prompts[3:], greedy(12))
+    assert replays and llm.allocator.num_free == llm.allocator.num_pages
+    assert sum(o.metrics.cached_tokens for o in outs) >= 3 * (70 // page_size) * page_size
+    assert_close_to_torch(folder, prompts, outs, torch.bfloat16)
