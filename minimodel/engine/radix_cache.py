@@ -123,10 +123,6 @@ class RadixCache:
 
     # --- reading -------------------------------------------------------------------------
 
-    def _page_keys(self, tokens: Sequence[int], num_pages: int) -> Iterator[tuple[int, ...]]:
-        S = self.page_size
-        return (tuple(tokens[i * S:(i + 1) * S]) for i in range(num_pages))
-
     def match(self, tokens: Sequence[int], max_pages: int | None = None) -> tuple[list[int], Node]:
         """The pages that hold the longest cached prefix of `tokens` (whole pages only, at most
         `max_pages`), and the node where that prefix ends. The nodes on the way are marked as
@@ -222,7 +218,8 @@ class RadixCache:
     def evict(self, num_pages: int) -> int:
         """Free at least num_pages pages (fewer if not that many are evictable), least recently
         used leaf first; returns how many were freed."""
-        heap = [(n.last_used, id(n), n) for n in self.nodes() if self._evictable(n)]
+        order = count()  # ties (never between two leaves of one tree) in a fixed order
+        heap = [(n.last_used, next(order), n) for n in self.nodes() if self._evictable(n)]
         heapq.heapify(heap)
         freed = 0
         while freed < num_pages and heap:
@@ -234,7 +231,7 @@ class RadixCache:
             self.num_pages -= len(node.pages)
             freed += len(node.pages)
             if self._evictable(parent):
-                heapq.heappush(heap, (parent.last_used, id(parent), parent))
+                heapq.heappush(heap, (parent.last_used, next(order), parent))
         return freed
 
     def reset(self) -> bool:
