@@ -73,10 +73,17 @@ def test_bench_card_measures_the_ceiling_and_ends_with_json(small_checkpoint, tm
     assert card["kernel_choices"] and all("rows" in line for line in card["kernel_choices"])
     assert 0 < card["overhead"]["products_s"] < card["overhead"]["step_s"]
     assert list(report["cards"]) == ["float32", "bfloat16"]
+    prefix = report["prefix"]  # workloads P, small, in the first format
+    assert prefix["format"] == "float32" and prefix["P1"]["same_tokens"]
+    assert prefix["P1"]["on"]["prefill_tokens"] < prefix["P1"]["off"]["prefill_tokens"]
+    named = {t["target"]: t for t in report["targets"]}
+    assert named["prefix_p2_prefill_tokens"]["value"] == prefix["P2"]["prefill_tokens_ratio"]
     assert {(t["target"], t["format"]) for t in report["targets"]} == {
         ("mbu_float32", "float32"), ("mbu_bfloat16", "bfloat16"),
         ("batch8_step_over_batch1", "float32"), ("batch8_step_over_batch1", "bfloat16"),
-        ("overhead", "float32"), ("overhead", "bfloat16")}
+        ("overhead", "float32"), ("overhead", "bfloat16"),
+        ("prefix_p1_ttft_mean", "float32"), ("prefix_p1_total_time", "float32"),
+        ("prefix_p2_prefill_tokens", "float32")}
     assert out.with_suffix(".png").stat().st_size > 1000
     text = "\n".join(lines[:-1])
     for words in ("ceiling", "memory-bandwidth utilisation", "matmul peak", "memory roof",

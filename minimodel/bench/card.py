@@ -16,6 +16,7 @@ import torch
 from minimodel.bench.curve import decode_bytes, decode_curve, weight_bytes
 from minimodel.bench.measure import free_memory
 from minimodel.bench.overhead import step_profile
+from minimodel.bench.prefix import PrefixWorkloads, format_prefix, prefix_report
 from minimodel.bench.probes import measure_probes, probe_sum, roof
 from minimodel.bench.report import card_targets, format_targets, plot_curve
 from minimodel.bench.runners import greedy
@@ -27,6 +28,10 @@ from minimodel.kernels import roofline
 # the vector units that decide how fast float32, bfloat16 and int8 products can run
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
              "amx_bf16", "amx_int8")
+
+# Workloads P on the card: the benchmark's shapes, smaller (the full run is --workloads P).
+CARD_PREFIX = PrefixWorkloads(system_tokens=256, questions=8, question_tokens=32, new_tokens=8,
+                              turns=4, user_tokens=64)
 
 
 def machine() -> dict[str, Any]:
@@ -229,10 +234,11 @@ def format_card(c: dict[str, Any], machine_info: dict[str, Any]) -> str:
 
 
 def run_card(settings: BenchSettings, formats: list[str], vocab: int, command: str,
-             out: Path, draw: bool = True) -> int:
+             out: Path, draw: bool = True, card_prefix: bool = True) -> int:
     """Print one card per format and the targets, write them to `out` (--out) and the decode
     curve's plot next to it, and end with one line of JSON. The hardware is measured before
-    and after the engine's runs, and the faster of the two kept."""
+    and after the engine's runs, and the faster of the two kept. card_prefix: also workloads P
+    at CARD_PREFIX's sizes, the prefix cache on against off, in the first format."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise ValueError(f"Unknown card format(s) {unknown}; choose from {', '.join(FORMATS)}.")
@@ -260,10 +266,19 @@ def run_card(settings: BenchSettings, formats: list[str], vocab: int, command: s
     cards = {name: finish_card(card, hw) for name, card in measured.items()}
     for card in cards.values():
         print(format_card(card, info), flush=True)
-    targets = card_targets(cards)
+    prefix = None
+    if card_prefix:  # workloads P, scaled down, in the first format: the prefix cache's ratios
+        if not settings.quiet:
+            print(f"[card] {settings.model} {formats[0]}: workloads P (small), the prefix "
+                  "cache off then on ...", flush=True)
+        prefix = prefix_report(settings.model, CARD_PREFIX, fmt=formats[0],
+                               device=settings.device, page_size=settings.page_size)
+        print(format_prefix([prefix]), flush=True)
+    targets = card_targets(cards, prefix)
     print(format_targets(targets))
     report = {"machine": {**info, "load_average_1min": load}, "command": command,
-              "hardware": hw, "hardware_runs": runs, "cards": cards, "targets": targets}
+              "hardware": hw, "hardware_runs": runs, "cards": cards, "prefix": prefix,
+              "targets": targets}
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     if draw:
         plot_curve(cards, out.with_suffix(".png"))

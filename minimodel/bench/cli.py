@@ -61,8 +61,10 @@ the context); the engine's measured decode tokens/s and its fraction of that cei
 (memory-bandwidth utilisation, MBU); its prefill FLOP/s against the matmul peak; the kernel the
 engine chose for each layer; the decode curve, one decode step with B = 1, 2, 4, ... 32
 requests (tokens/s and bytes read/s, plotted next to the JSON); and, by torch.profiler, the
-share of a batch-1 decode step spent outside the matrix products. Then the targets, met or
-not. Its last line is the card as JSON.
+share of a batch-1 decode step spent outside the matrix products; and workloads P at a small
+size (a 256-token system prompt and 8 questions; a 4-turn chat), the prefix cache off against
+on (--no-card-prefix skips them). Then the targets, met or not. Its last line is the card as
+JSON.
 
 Quality (--quality): for each of --quality-models, int8 and int4 (--quality-formats) against
 bfloat16 on 64 prompts of text x 32 greedy tokens: the mean and max |logprob difference| of
@@ -130,6 +132,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="quality: formats compared with bfloat16")
     p.add_argument("--quality-prompts", type=positive_int, default=64)
     p.add_argument("--quality-tokens", type=int_at_least(2), default=32)
+    p.add_argument("--card-prefix", action=argparse.BooleanOptionalAction, default=True,
+                   help="the card also runs workloads P at a small size (default: on)")
     p.add_argument("--prefix-models", default="bard,random:qwen3-0.6b",
                    help="models of workloads P (comma-separated)")
     p.add_argument("--no-plot", action="store_true")
@@ -225,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         formats = args.card_formats or args.dtype or (
             "bfloat16" if args.device == "cuda" else "float32,bfloat16,int8")
         return run_card(settings, formats.split(","), vocab, command, out,
-                        draw=not args.no_plot)
+                        draw=not args.no_plot, card_prefix=args.card_prefix)
     results: dict[str, Any] = {}
     report = {"machine": machine(), "command": command, "results": results}
     for dtype_name in dtypes.split(","):

@@ -126,11 +126,16 @@ CARD_TARGETS = {
     "batch8_step_over_batch1": (1.3, "<="),  # the costliest decode step of 2-8 requests / 1
     "int8_over_bfloat16_decode": (1.7, ">="),  # batch-1 decode tok/s, int8 weights / bfloat16
     "overhead": (0.15, "<="),            # share of a batch-1 step outside the products
+    "prefix_p1_ttft_mean": (5.0, ">="),  # workload P1's mean TTFT, cache off / on
+    "prefix_p1_total_time": (2.0, ">="),  # P1's total time, off / on
+    "prefix_p2_prefill_tokens": (3.0, ">="),  # P2's prefill tokens computed, off / on
 }
 
 
-def card_targets(cards: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each target the cards measure: its name, the format, the value, the bound, met or not."""
+def card_targets(cards: dict[str, Any],
+                 prefix: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Each target the cards (and the card's workloads P) measure: its name, the format, the
+    value, the bound, met or not."""
     rows: list[tuple[str, str, float]] = []
     for fmt in ("float32", "bfloat16"):
         if fmt in cards:
@@ -144,6 +149,11 @@ def card_targets(cards: dict[str, Any]) -> list[dict[str, Any]]:
                      cards["int8"]["decode_tok_per_s"] / cards["bfloat16"]["decode_tok_per_s"]))
     for fmt, c in cards.items():
         rows.append(("overhead", fmt, c["overhead"]["overhead"]))
+    if prefix is not None:
+        rows += [("prefix_p1_ttft_mean", prefix["format"], prefix["P1"]["ttft_mean_ratio"]),
+                 ("prefix_p1_total_time", prefix["format"], prefix["P1"]["total_time_ratio"]),
+                 ("prefix_p2_prefill_tokens", prefix["format"],
+                  prefix["P2"]["prefill_tokens_ratio"])]
     out = []
     for name, fmt, value in rows:
         bound, sense = CARD_TARGETS[name]
