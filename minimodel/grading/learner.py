@@ -372,6 +372,24 @@ _LIBRARY_DIRS = tuple(
 )
 
 
+_PACKAGE = str(Path(__file__).resolve().parents[1])  # minimodel/
+
+
+def called_by_learner(frame) -> bool:
+    """Whether the nearest caller of `frame` outside the standard library and installed
+    packages is the learner's code (a notebook, a learner_module, a test file) rather than
+    minimodel's."""
+    f = frame.f_back
+    while f is not None:
+        name = str(Path(f.f_code.co_filename).resolve())
+        if name.startswith(_PACKAGE):
+            return False
+        if not name.startswith(_LIBRARY_DIRS):
+            return True
+        f = f.f_back
+    return False
+
+
 def is_learner_function(f: object) -> bool:
     """A plain function written by the learner: not from the standard library, an installed
     package or minimodel itself (notebook functions, `learner_module` functions, test files)."""

@@ -21,10 +21,9 @@ from typing import TypeVar
 from minimodel.engine.attention import build_metadata
 from minimodel.engine.scheduler import Scheduler
 from minimodel.grading.core import CheckFailed
-from minimodel.grading.learner import _LIBRARY_DIRS
+from minimodel.grading.learner import called_by_learner
 from minimodel.sampling import Sampler
 
-_PACKAGE = str(Path(__file__).resolve().parents[2])  # minimodel/
 # a grader: minimodel/grading/chNN.py, or any file of a package minimodel/grading/chNN/
 _GRADERS = re.compile(re.escape(str(Path(__file__).resolve().parents[1]))
                       + r"[/\\](ch\d\d)(?:\.py|[/\\][^/\\]+\.py)$")
@@ -77,20 +76,6 @@ def _forbidden(code) -> str | None:
     return _VERDICT[code]
 
 
-def _called_by_learner(frame) -> bool:
-    """Whether the nearest caller outside the standard library and installed packages is the
-    learner's code (a notebook, a learner_module, a test file) rather than minimodel's."""
-    f = frame.f_back
-    while f is not None:
-        name = str(Path(f.f_code.co_filename).resolve())
-        if name.startswith(_PACKAGE):
-            return False
-        if not name.startswith(_LIBRARY_DIRS):
-            return True
-        f = f.f_back
-    return False
-
-
 @contextmanager
 def own_work(fn: Callable, what: str) -> Iterator[None]:
     """Run the block (a call of the learner's `fn`) and fail if the learner's code called the
@@ -107,7 +92,7 @@ def own_work(fn: Callable, what: str) -> Iterator[None]:
     def watch(frame, event, arg):
         if event == "call" and not found:
             name = _forbidden(frame.f_code)
-            if name and _called_by_learner(frame):
+            if name and called_by_learner(frame):
                 found.append(name)
 
     previous = sys.getprofile()

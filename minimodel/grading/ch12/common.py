@@ -24,7 +24,6 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -32,10 +31,9 @@ from minimodel.engine.kv_cache import pages_needed
 from minimodel.engine.radix_cache import Node, RadixCache, RefCountedAllocator
 from minimodel.grading.common import clip
 from minimodel.grading.core import CheckFailed
-from minimodel.grading.learner import _LIBRARY_DIRS
+from minimodel.grading.learner import called_by_learner
 
 Event = tuple
-_PACKAGE = str(Path(__file__).resolve().parents[2])  # minimodel/
 
 
 def _randint(low: int, high: int) -> int:
@@ -59,20 +57,6 @@ def _answer_codes() -> dict:
     return {getattr(RadixCache, name).__code__: f"RadixCache.{name}" for name in _ANSWERS}
 
 
-def _called_by_learner(frame) -> bool:
-    """Whether the nearest caller outside the standard library and installed packages is the
-    learner's code (a notebook, a test file) rather than minimodel's."""
-    f = frame.f_back
-    while f is not None:
-        name = str(Path(f.f_code.co_filename).resolve())
-        if name.startswith(_PACKAGE):
-            return False
-        if not name.startswith(_LIBRARY_DIRS):
-            return True
-        f = f.f_back
-    return False
-
-
 @contextmanager
 def own_work(what: str) -> Iterator[None]:
     """Run the block and fail if the learner's code called the engine tree's own match, insert,
@@ -82,7 +66,7 @@ def own_work(what: str) -> Iterator[None]:
     def watch(frame, event, arg):
         if event == "call" and not found:
             name = _answer_codes().get(frame.f_code)
-            if name and _called_by_learner(frame):
+            if name and called_by_learner(frame):
                 found.append(name)
 
     previous = sys.getprofile()
