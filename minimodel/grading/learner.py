@@ -390,6 +390,27 @@ def called_by_learner(frame) -> bool:
     return False
 
 
+@contextmanager
+def learner_calls(named: Callable[[types.CodeType], str | None]) -> Iterator[list[str]]:
+    """While the block runs, watch every Python call: the list it yields gets the name
+    `named(code)` gives the first called function that has one, when the learner's code (not
+    minimodel's) made the call."""
+    found: list[str] = []
+
+    def watch(frame, event, arg):
+        if event == "call" and not found:
+            name = named(frame.f_code)
+            if name and called_by_learner(frame):
+                found.append(name)
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        yield found
+    finally:
+        sys.setprofile(previous)
+
+
 def is_learner_function(f: object) -> bool:
     """A plain function written by the learner: not from the standard library, an installed
     package or minimodel itself (notebook functions, `learner_module` functions, test files)."""

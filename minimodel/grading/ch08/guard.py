@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import TypeVar
 from minimodel.engine.attention import build_metadata
 from minimodel.engine.scheduler import Scheduler
 from minimodel.grading.core import CheckFailed
-from minimodel.grading.learner import called_by_learner
+from minimodel.grading.learner import learner_calls
 from minimodel.sampling import Sampler
 
 # a grader: minimodel/grading/chNN.py, or any file of a package minimodel/grading/chNN/
@@ -89,18 +88,9 @@ def own_work(fn: Callable, what: str) -> Iterator[None]:
     found = [_forbidden(target.__code__)] if inspect.isfunction(target) else []
     found = [f for f in found if f]  # the learner's function *is* one of the engine's or ours
 
-    def watch(frame, event, arg):
-        if event == "call" and not found:
-            name = _forbidden(frame.f_code)
-            if name and called_by_learner(frame):
-                found.append(name)
-
-    previous = sys.getprofile()
-    sys.setprofile(watch)
-    try:
+    with learner_calls(_forbidden) as seen:
         yield
-    finally:
-        sys.setprofile(previous)
+    found += seen
     if found:
         raise CheckFailed(f"{what} hands its work to {found[0]}: the exercise is to write that "
                           "decision yourself, from the rules of chapter 08, not to call the "

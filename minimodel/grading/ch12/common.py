@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import random
-import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +30,7 @@ from minimodel.engine.kv_cache import pages_needed
 from minimodel.engine.radix_cache import Node, RadixCache, RefCountedAllocator
 from minimodel.grading.common import clip
 from minimodel.grading.core import CheckFailed
-from minimodel.grading.learner import called_by_learner
+from minimodel.grading.learner import learner_calls
 
 Event = tuple
 
@@ -61,20 +60,8 @@ def _answer_codes() -> dict:
 def own_work(what: str) -> Iterator[None]:
     """Run the block and fail if the learner's code called the engine tree's own match, insert,
     evict (or their helpers _step, _split, _evictable)."""
-    found: list[str] = []
-
-    def watch(frame, event, arg):
-        if event == "call" and not found:
-            name = _answer_codes().get(frame.f_code)
-            if name and called_by_learner(frame):
-                found.append(name)
-
-    previous = sys.getprofile()
-    sys.setprofile(watch)
-    try:
+    with learner_calls(_answer_codes().get) as found:
         yield
-    finally:
-        sys.setprofile(previous)
     if found:
         raise CheckFailed(f"{what} calls the engine's {found[0]}: the exercise is to walk and "
                           "change the tree yourself, from its nodes' fields (key, pages, "
