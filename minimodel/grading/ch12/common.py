@@ -319,6 +319,18 @@ def _tree_text(t: list) -> str:
     return "[" + ", ".join(f"{list(p)}" + (_tree_text(c) if c else "") for _, p, c in t) + "]"
 
 
+def random_streams(fn: Callable, method: str, hints: dict[str, str]) -> int:
+    """The learner's `method` over one seeded random stream per page size 1, 2, 3, 4 and 16
+    (120 pages, four stems to share); how many calls were compared."""
+    n = 0
+    for S in (1, 2, 3, 4, 16):
+        rng = _rng()
+        base = stems(rng, S, 4)
+        n += run_stream(fn, method, lambda w, rng=rng, base=base: random_stream(w, rng, 120, base),
+                        S, 120, f"a random stream, page size {S}", hints)
+    return n
+
+
 def run_stream(fn: Callable, method: str, events: Iterator[Event] | Callable[[World], Iterator],
                page_size: int, num_pages: int, what: str, hints: dict[str, str]) -> int:
     """Apply a stream to the engine's world and to the learner's, comparing after every event.

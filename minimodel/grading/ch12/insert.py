@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from minimodel.grading.ch12.common import Event, World, _rng, random_stream, run_stream, stems
+from minimodel.grading.ch12.common import Event, World, _rng, random_streams, run_stream, stems
 from minimodel.grading.core import exercise
 
 HINTS = {
@@ -115,10 +115,4 @@ def _start(fn: Callable) -> None:
 @exercise("ch12.insert", "equals the engine's RadixCache.insert over random request streams "
                          "(page sizes 1, 2, 3, 4 and 16)")
 def _streams(fn: Callable) -> str:
-    n = 0
-    for S in (1, 2, 3, 4, 16):
-        rng = _rng()
-        base = stems(rng, S, 4)
-        n += _run(fn, lambda w, rng=rng, base=base: random_stream(w, rng, 120, base), S,
-                  f"a random stream, page size {S}", num_pages=120)
-    return f"{n} inserts over 5 streams, as the engine's"
+    return f"{random_streams(fn, 'insert', HINTS)} inserts over 5 streams, as the engine's"

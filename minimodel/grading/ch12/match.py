@@ -18,7 +18,7 @@ from minimodel.grading.ch12.common import (
     World,
     _rng,
     prompt,
-    random_stream,
+    random_streams,
     run_stream,
     stems,
 )
@@ -129,10 +129,4 @@ def _lru(fn: Callable) -> None:
 @exercise("ch12.match_prefix", "equals the engine's RadixCache.match over random request streams "
                                "(page sizes 1, 2, 3, 4 and 16)")
 def _streams(fn: Callable) -> str:
-    n = 0
-    for S in (1, 2, 3, 4, 16):
-        rng = _rng()
-        base = stems(rng, S, 4)
-        n += _run(fn, lambda w, rng=rng, base=base: random_stream(w, rng, 120, base), S,
-                  f"a random stream, page size {S}", num_pages=120)
-    return f"{n} matches over 5 streams, as the engine's"
+    return f"{random_streams(fn, 'match', HINTS)} matches over 5 streams, as the engine's"
