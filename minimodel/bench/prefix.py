@@ -25,12 +25,11 @@ from typing import Any
 import numpy as np
 
 from minimodel.bench.settings import engine_format
+from minimodel.bench.workloads import PROMPT_VOCAB
 from minimodel.config import Qwen3Config
 from minimodel.engine import LLM
 from minimodel.hub import resolve_model
 from minimodel.sampling import SamplingParams
-
-PROMPT_VOCAB = 151643  # the real tokens of Qwen3's vocabulary
 
 
 @dataclass(frozen=True)
@@ -68,6 +67,8 @@ def _greedy(n: int) -> SamplingParams:
 
 def _summary(ttfts: list[float], outputs: int, seconds: float, llm: LLM,
              prefill_before: int) -> dict[str, float]:
+    """A run's TTFT mean and p90, time, output tokens/s and prefill tokens (the hit rate is
+    the caller's: the scheduler's counts over the run)."""
     ttfts = sorted(ttfts)
     return {
         "requests": len(ttfts),
@@ -76,7 +77,6 @@ def _summary(ttfts: list[float], outputs: int, seconds: float, llm: LLM,
         "total_s": seconds,
         "output_tokens_per_s": outputs / seconds,
         "prefill_tokens": llm.scheduler.num_prefill_tokens - prefill_before,
-        "hit_rate": llm.prefix_cache_stats()["hit_rate"],
     }
 
 

@@ -186,6 +186,21 @@ class RadixCache:
             node, i = child, i + len(child.pages)
         return held, node
 
+    def cache_pages(self, tokens: Sequence[int], table: list[int], start: int, full: int,
+                    node: Node | None) -> Node:
+        """A request's pages table[start:full] (whole pages of `tokens`; the earlier ones are
+        the tree's already, ending at `node`) join the tree. Where the tree held those tokens
+        already (another request computed them too), the request takes the tree's page
+        instead of its own: `table` is changed in place. Returns the node its pages end at."""
+        S = self.page_size
+        held, node = self.insert(tokens[start * S:full * S], table[start:full], node)
+        for i, page in enumerate(held, start):
+            if page != table[i]:
+                self.allocator.share([page])
+                self.allocator.free([table[i]])
+                table[i] = page
+        return node
+
     def _split(self, node: Node, n: int) -> Node:
         """Split node after its first n pages; return the new upper node (the first n pages).
         `node` keeps the rest, so a request that ends at `node` still ends there."""

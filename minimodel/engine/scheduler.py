@@ -211,15 +211,9 @@ class Scheduler:
         start, full = seq.num_pages_in_cache, seq.num_cached_tokens // self.page_size
         if full <= start:
             return
-        S = self.page_size
-        held, node = self.cache.insert(seq.token_ids[start * S:full * S],
-                                       seq.page_table[start:full], seq.cache_node)
-        for i, page in enumerate(held, start):
-            if page != seq.page_table[i]:
-                self.allocator.share([page])
-                self.allocator.free([seq.page_table[i]])
-                seq.page_table[i] = page
-        seq.cache_node, seq.num_pages_in_cache = node, full
+        seq.cache_node = self.cache.cache_pages(seq.token_ids, seq.page_table, start, full,
+                                                seq.cache_node)
+        seq.num_pages_in_cache = full
 
     def _release(self, seq: Sequence) -> None:
         """seq lets go of its pages: its full computed pages stay in the cache (if any), the

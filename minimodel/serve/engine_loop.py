@@ -171,11 +171,13 @@ class EngineLoop:
         it): free_pages counts the cached pages no request holds (evictable_pages), which the
         pool lends again when it needs them."""
         sched, pool = self.llm.scheduler, self.llm.allocator
+        prefix = self.llm.prefix_cache_stats()
         return {"requests": self._num_requests, "running": len(sched.running),
                 "waiting": len(sched.waiting), "free_pages": pool.num_free,
                 "num_pages": pool.num_pages, "steps": self.num_steps,
-                **{("prefix_cache_" + k if k == "hit_rate" else k): v
-                   for k, v in self.llm.prefix_cache_stats().items()}}
+                "cached_pages": prefix["cached_pages"],
+                "evictable_pages": prefix["evictable_pages"],
+                "prefix_cache_hit_rate": prefix["hit_rate"]}
 
     def job(self) -> Job:
         """A group of requests answered together (the choices of one HTTP request)."""

@@ -159,17 +159,11 @@ class World:
     def _cache_full_pages(self, req: _Request) -> None:
         """As the scheduler does: the request's full pages not in the tree yet join it; where
         the tree had those tokens already, the request uses the tree's page instead of its own."""
-        S, start, full = self.S, req.in_tree, len(req.tokens) // self.S
+        start, full = req.in_tree, len(req.tokens) // self.S
         if full <= start:
             return
-        held, node = self.cache.insert(req.tokens[start * S:full * S], req.table[start:full],
-                                       req.node)
-        for i, page in enumerate(held, start):
-            if page != req.table[i]:
-                self.allocator.share([page])
-                self.allocator.free([req.table[i]])
-                req.table[i] = page
-        req.node, req.in_tree = node, full
+        req.node = self.cache.cache_pages(req.tokens, req.table, start, full, req.node)
+        req.in_tree = full
 
     # what is compared
     def tree(self) -> list:
