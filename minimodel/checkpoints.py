@@ -69,6 +69,8 @@ GENERATION_CONFIG = {
 # and Song poems (docs/bard.md). Its weights ship inside the package; the folder in the cache adds
 # the tokenizer files. sha256 of its tensors (names, dtypes, shapes, bytes), as weights_checksum.
 BARD_DIR = Path(__file__).resolve().parent / "models" / "bard"
+# `bard-draft`: bard's drafter for speculative decoding (chapter 13), over a compact vocabulary.
+DRAFT_DIR = BARD_DIR.parent / "bard-draft"
 BARD_SHA256 = "9caea7ba13f6f705e05bb474f7584cff785767527b66d38c9e2756ea011d83f1"
 
 # Bump when what the builders write changes, so that caches built by older code are rebuilt.

@@ -20,11 +20,13 @@ TRIALS = 20000
 CHI2_DF4_1E4 = 23.51  # the chi-square quantile for 4 degrees of freedom at 1 - 1e-4
 
 
-def test_ngram_proposes_what_followed_the_latest_match():
+def test_ngram_proposes_what_followed_the_earliest_match():
     assert ngram_propose([1, 2, 3, 9, 1, 2, 3], k=2) == [9, 1]  # the 3-gram [1 2 3] recurs
     assert ngram_propose([5, 1, 2, 7, 1, 2], k=3) == [7, 1, 2]
-    assert ngram_propose([1, 2, 1, 3, 1], k=2) == [3, 1], "the latest occurrence of [1]"
-    assert ngram_propose([4, 4, 4], k=3) == [4], "what follows the match, up to the end"
+    assert ngram_propose([1, 2, 1, 3, 1], k=2) == [2, 1], "the earliest occurrence of [1]"
+    assert ngram_propose([4, 4, 4, 4], k=3) == [4], "the longest suffix [4 4 4] first"
+    assert ngram_propose([4, 4, 4, 4, 4, 4], k=3) == [4, 4, 4], "a loop proposes itself"
+    assert ngram_propose([1, 2, 1, 2, 1, 2], k=4, max_n=2) == [1, 2, 1, 2]
     assert ngram_propose([1, 2, 3], k=2) == [], "no suffix recurs"
     assert ngram_propose([7], k=2) == []
     assert ngram_propose([1, 2, 3, 1, 2, 3], k=2, max_n=1) == [1, 2]

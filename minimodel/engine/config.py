@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +67,9 @@ class EngineConfig:
     quantization: str | None  # None, "int8" or "int4": weight-only (engine/quantization.py)
     tune_kernels: bool  # on a CPU, each product the fastest measured way (kernel_choice.py)
     enable_prefix_caching: bool  # full pages kept in a radix tree and shared (radix_cache.py)
-    # Room for what comes next: draft tokens checked per step.
+    # Speculative decoding (engine/spec_decode.py): "ngram", a draft model's name or folder,
+    # or None; draft tokens checked per request and step (0 without speculation).
+    speculative_model: str | None = None
     num_speculative_tokens: int = 0
 
     @classmethod
@@ -88,6 +91,8 @@ class EngineConfig:
         quantization: str | None = None,
         tune_kernels: bool = True,
         enable_prefix_caching: bool = True,
+        speculative_model: str | os.PathLike[str] | None = None,
+        num_speculative_tokens: int | None = None,
     ) -> EngineConfig:
         """Check every setting before anything is loaded; a ValueError names the one that is
         wrong and what it may be (TPConfigError, a ValueError, for tensor_parallel_size)."""
@@ -122,6 +127,8 @@ class EngineConfig:
             enforce_eager, dev, backend)
         if num_pages is not None and (not _is_int(num_pages) or num_pages < 1):
             raise ValueError(f"num_pages must be an integer >= 1 or None, got {num_pages!r}.")
+        speculative_model, k = check_speculation(speculative_model, num_speculative_tokens,
+                                                 hf_config, tp)
         return cls(
             model=str(model), folder=folder, hf_config=hf_config, device=dev, dtype=torch_dtype,
             attention_backend=backend, backend_reason=reason, page_size=page_size,
@@ -133,6 +140,7 @@ class EngineConfig:
             threads_per_rank=max(1, torch.get_num_threads() // tp),
             quantization=quantization, tune_kernels=tune_kernels,
             enable_prefix_caching=enable_prefix_caching,
+            speculative_model=speculative_model, num_speculative_tokens=k,
         )
 
     @property
@@ -161,6 +169,41 @@ class EngineConfig:
             raise ValueError(f"A KV cache budget of {budget} bytes holds no page for requests "
                              f"(besides {self.reserved_pages} reserved); raise it.")
         return dataclasses.replace(self, num_pages=pages)
+
+
+MAX_SPECULATIVE_TOKENS = 16
+
+
+def check_speculation(model: object, k: object, target: Qwen3Config, tp: int
+                      ) -> tuple[str | None, int]:
+    """(speculative_model, num_speculative_tokens) checked: both or neither; k from 1 to
+    MAX_SPECULATIVE_TOKENS; a draft model that speaks the target's vocabulary; one rank."""
+    if model is None and k is None:
+        return None, 0
+    if model is None:
+        raise ValueError(f"num_speculative_tokens={k!r} needs a speculative_model: 'ngram' "
+                         "(prompt lookup) or a draft model's name or folder.")
+    if not isinstance(model, (str, os.PathLike)) or not str(model):
+        raise ValueError(f"speculative_model must be 'ngram' or a draft model's name or "
+                         f"folder, got {model!r}.")
+    if not _is_int(k) or not 1 <= k <= MAX_SPECULATIVE_TOKENS:  # type: ignore[operator]
+        raise ValueError(f"num_speculative_tokens must be an integer from 1 to "
+                         f"{MAX_SPECULATIVE_TOKENS} with speculative_model={str(model)!r}, "
+                         f"got {k!r}.")
+    if tp > 1:
+        raise ValueError("Speculative decoding runs with tensor_parallel_size=1 here; drop "
+                         "speculative_model or tensor_parallel_size.")
+    model = str(model)
+    if model != "ngram":
+        folder = resolve_model(model)
+        vocab = folder / "draft_vocab.json"
+        size = (json.loads(vocab.read_text())["target_vocab_size"] if vocab.is_file()
+                else Qwen3Config.from_pretrained(folder).vocab_size)
+        if size != target.vocab_size:
+            raise ValueError(f"The draft model {model!r} has a vocabulary of {size} ids, the "
+                             f"target {target.vocab_size}: a draft must use the target's "
+                             "tokenizer.")
+    return model, k  # type: ignore[return-value]
 
 
 def _is_int(value: object) -> bool:

@@ -25,6 +25,7 @@ from minimodel.engine.radix_cache import RadixCache, RefCountedAllocator
 from minimodel.engine.runner import ModelRunner, load_shard
 from minimodel.engine.scheduler import ScheduledBatch, Scheduler
 from minimodel.engine.sequence import Sequence
+from minimodel.engine.spec_decode import SpeculativeDecoder
 from minimodel.sampling import SamplingParams
 from minimodel.tokenizer import Tokenizer, load_tokenizer
 
@@ -94,6 +95,12 @@ class LLM:
         start each new request after the longest prefix it holds (engine/radix_cache.py);
         `RequestOutput.metrics.cached_tokens` says how many prompt tokens were not computed
         again. False: every prompt is computed from its first token.
+    speculative_model, num_speculative_tokens: speculative decoding (engine/spec_decode.py):
+        "ngram" (prompt lookup in the request's own tokens) or a draft model with the same
+        tokenizer ("bard-draft", a folder) proposes k tokens per request and decode step, the
+        model checks them in one forward, and exact rejection sampling keeps what it would
+        have produced itself (greedy: the same tokens). `RequestOutput.metrics` counts the
+        drafts and accepted tokens; `spec_decode_stats()` sums them.
     """
 
     def __init__(self, model: str | os.PathLike[str] = "tiny", **settings: Any) -> None:
@@ -127,6 +134,8 @@ class LLM:
             self.allocator, config.page_size, config.max_num_seqs,
             config.max_num_batched_tokens, config.max_model_len, cache=self.prefix_cache,
         )
+        self.speculator = (SpeculativeDecoder(config, self.runner, self.scheduler)
+                           if config.speculative_model is not None else None)
         self.skip_tokenizer_init = config.skip_tokenizer_init
         self._tokenizer: Tokenizer | None = None
         self._next_id = 0
@@ -238,6 +247,20 @@ class LLM:
             if sched.num_queried_tokens else 0.0,
         }
 
+    def spec_decode_stats(self) -> dict[str, int | float]:
+        """Speculative decoding since the engine started: draft tokens checked, accepted, the
+        acceptance rate, tokens emitted per request and verify step (accepted + 1, or fewer
+        when a run ended the request), and the seconds spent drafting, verifying (the
+        target's forward) and accepting (sampling, appending, rolling back). Zeros when off."""
+        st = dict(self.speculator.stats) if self.speculator is not None else {
+            "draft_tokens": 0, "accepted_tokens": 0, "verify_rows": 0, "emitted_tokens": 0,
+            "draft_s": 0.0, "verify_s": 0.0, "accept_s": 0.0}
+        rows, emitted = st.pop("verify_rows"), st.pop("emitted_tokens")
+        st["acceptance_rate"] = (st["accepted_tokens"] / st["draft_tokens"]
+                                 if st["draft_tokens"] else 0.0)
+        st["tokens_per_step"] = emitted / rows if rows else 0.0
+        return st
+
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()
 
@@ -270,16 +293,13 @@ class LLM:
         try:
             batch = self.scheduler.schedule()
             self.last_batch = batch
-            if batch is not None:
-                # The sampler reads the sampled requests' tokens (min_tokens, penalties).
-                sampled = [s for s, m in zip(batch.seqs, batch.sample_mask, strict=True) if m]
-                sampler = self.runner.sampler
-                with sampler.batch(sampled):
-                    tokens, logprobs = self.runner.run(batch)
-                self.scheduler.postprocess(batch, tokens, logprobs)
-                for seq, top in zip(sampled, sampler.last_top_logprobs):
-                    if top is not None:
-                        seq.top_logprobs.append(top)
+            if batch is not None and self.speculator is not None:
+                if batch.is_prefill:
+                    self.speculator.prefill(batch, self._run)
+                else:  # draft, verify, accept (engine/spec_decode.py)
+                    self.speculator.decode(batch)
+            elif batch is not None:
+                self._run(batch)
             elif self.scheduler.has_unfinished():
                 raise RuntimeError(f"The scheduler cannot make progress: "
                                    f"{self.scheduler.waiting}")
@@ -293,6 +313,19 @@ class LLM:
             raise StepError(f"The step failed ({type(err).__name__}: {err}); its requests "
                             f"{failed} were aborted.", failed) from err
         return self._collect_finished()
+
+    def _run(self, batch: ScheduledBatch) -> None:
+        """Run one batch on the model, sample, and advance its requests."""
+        # The sampler reads the sampled requests' tokens (min_tokens, penalties).
+        sampled = [s for s, m in zip(batch.seqs, batch.sample_mask, strict=True) if m]
+        sampler = self.runner.sampler
+        with sampler.batch(sampled):
+            tokens, logprobs = self.runner.run(batch)
+        self.scheduler.postprocess(batch, tokens, logprobs)
+        for seq, top in zip(sampled, sampler.last_top_logprobs):
+            seq.num_steps += 1
+            if top is not None:
+                seq.top_logprobs.append(top)
 
     def _collect_finished(self) -> list[RequestOutput]:
         done = [s for s in self._active.values() if s.is_finished]
@@ -328,6 +361,9 @@ class LLM:
                 generated_tokens=n,
                 num_preemptions=seq.num_preemptions,
                 cached_tokens=seq.num_cached_prompt_tokens or 0,
+                draft_tokens=seq.num_draft_tokens,
+                accepted_tokens=seq.num_accepted_tokens,
+                steps=seq.num_steps,
             ),
             top_logprobs=([list(t) for t in seq.top_logprobs]
                           if seq.params.num_logprobs is not None else None),

@@ -21,6 +21,21 @@ class RequestMetrics:
     generated_tokens: int
     num_preemptions: int
     cached_tokens: int = 0  # prompt tokens the prefix cache held when it was first admitted
+    # Speculative decoding: draft tokens the model checked for this request, how many it
+    # accepted, and the engine steps that gave the request tokens.
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    steps: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / checked draft tokens (0 without drafts)."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Generated tokens per step that gave this request tokens (1 without speculation)."""
+        return self.generated_tokens / self.steps if self.steps else 0.0
 
 
 @dataclass

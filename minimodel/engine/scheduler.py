@@ -173,6 +173,11 @@ class Scheduler:
             seq.page_table += self.allocator.allocate(extra)
         return True
 
+    def reserve(self, seq: Sequence, num_tokens: int) -> bool:
+        """Room for num_tokens tokens in seq's pages, from the free pages only (never by
+        preempting): a decode step's draft tokens (engine/spec_decode.py)."""
+        return self._grow(seq, num_tokens)
+
     def _match(self, seq: Sequence) -> None:
         """Start seq from the longest prefix of its tokens that the cache holds: share those
         pages. At least its last token is computed again, so that it has logits to sample
@@ -208,7 +213,7 @@ class Scheduler:
         held those tokens already (another request computed them too), seq uses the cache's
         page from now on and lets its own copy go."""
         assert self.cache is not None
-        start, full = seq.num_pages_in_cache, seq.num_cached_tokens // self.page_size
+        start, full = seq.num_pages_in_cache, seq.num_shareable_tokens // self.page_size
         if full <= start:
             return
         seq.cache_node = self.cache.cache_pages(seq.token_ids, seq.page_table, start, full,
@@ -261,6 +266,29 @@ class Scheduler:
             reason = seq.stop_reason(self.max_model_len)
             if reason is not None:
                 self.finish(seq, reason)
+
+    def accept(self, seq: Sequence, tokens: list[int], logprobs: list[float]) -> int:
+        """After a speculative decode step that fed seq's last token and drafts: append the
+        verified tokens one by one, until one ends the request; returns how many landed.
+        The cache then holds every token but the last (the last accepted draft's K/V and
+        those before it); pages past the tokens, which hold only rejected drafts' K/V, go
+        back to the pool."""
+        appended = 0
+        for token, logprob in zip(tokens, logprobs, strict=True):
+            seq.append_token(token, logprob)
+            appended += 1
+            reason = seq.stop_reason(self.max_model_len)
+            if reason is not None:
+                seq.num_cached_tokens = seq.num_tokens - 1
+                self.finish(seq, reason)
+                return appended
+        seq.num_cached_tokens = seq.num_tokens - 1
+        if self.cache is not None:
+            self._cache_full_pages(seq)
+        keep = pages_needed(seq.num_tokens, self.page_size)
+        self.allocator.free(seq.page_table[keep:])
+        del seq.page_table[keep:]
+        return appended
 
     def abort(self, seq: Sequence) -> None:
         """End an unfinished request now, wherever it is (waiting, mid-prefill, running):

@@ -51,6 +51,13 @@ class Sequence:
         self.cache_node: Node | None = None
         self.num_pages_in_cache = 0
         self.num_cached_prompt_tokens: int | None = None
+        # With a draft model (engine/spec_decode.py): how many tokens' K/V its pool holds (it
+        # may lag the target's by the drafts it did not see); drafts checked, and accepted;
+        # steps that gave this request tokens.
+        self.num_draft_cached: int | None = None
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+        self.num_steps = 0
         self.logprobs: list[float] = []
         self.top_logprobs: list[list[tuple[int, float]]] = []  # per token, with logprobs=N
         self.finish_reason: str | None = None
@@ -86,6 +93,14 @@ class Sequence:
     def num_uncached_tokens(self) -> int:
         """Tokens whose K/V are not in the cache yet: the work left before the next sample."""
         return self.num_tokens - self.num_cached_tokens
+
+    @property
+    def num_shareable_tokens(self) -> int:
+        """Tokens whose K/V every pool holds (the target's, and a draft model's if there is
+        one): the pages the prefix cache may take."""
+        if self.num_draft_cached is None:
+            return self.num_cached_tokens
+        return min(self.num_cached_tokens, self.num_draft_cached)
 
     @property
     def is_finished(self) -> bool:

@@ -18,16 +18,26 @@ then emit the argmax".
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
 
 import torch
 
+from minimodel.engine.attention import TorchBackend, build_metadata
+from minimodel.engine.kv_cache import KVCache, PageAllocator, pages_needed
+from minimodel.engine.model import PackedQwen3ForCausalLM
+from minimodel.hub import resolve_model
+
+DRAFT_VOCAB = "draft_vocab.json"  # a drafter over a compact vocabulary: its rows' token ids
+
 
 def ngram_propose(tokens: Sequence[int], k: int, max_n: int = 3, min_n: int = 1) -> list[int]:
-    """Prompt lookup: the up to k tokens that followed the latest earlier occurrence of the
+    """Prompt lookup: the up to k tokens that followed the earliest earlier occurrence of the
     longest suffix of `tokens` (max_n down to min_n tokens) found in `tokens` itself; [] when
-    no suffix occurs earlier (vLLM's prompt-lookup drafter). The continuation stops where the
-    tokens end, so it may be shorter than k."""
+    no suffix occurs earlier (vLLM's prompt-lookup drafter). The earliest occurrence has the
+    longest continuation: in a loop (a b a b a b) it proposes the whole loop again. The
+    continuation stops where the tokens end, so it may be shorter than k."""
     if k < 1 or min_n < 1 or max_n < min_n:
         raise ValueError(f"need k >= 1 and 1 <= min_n <= max_n, got k={k}, min_n={min_n}, "
                          f"max_n={max_n}.")
@@ -35,7 +45,7 @@ def ngram_propose(tokens: Sequence[int], k: int, max_n: int = 3, min_n: int = 1)
     L = len(tokens)
     for n in range(min(max_n, L - 1), min_n - 1, -1):
         suffix = tokens[L - n:]
-        for start in range(L - n - 1, -1, -1):  # latest occurrence first, ending before L
+        for start in range(L - n):  # earliest occurrence first, ending before L
             if tokens[start:start + n] == suffix:
                 return tokens[start + n:start + n + k]
     return []
@@ -94,3 +104,157 @@ def expected_tokens_per_step(acceptance: float, k: int) -> float:
     if acceptance == 1:
         return float(k + 1)
     return (1 - acceptance ** (k + 1)) / (1 - acceptance)
+
+
+class VocabMap:
+    """A drafter over a compact vocabulary (`bard-draft`): row i of its embedding and head is
+    token ids[i]; its last row S stands for every other id of the target's vocabulary. A head
+    over 151,936 ids would cost a draft token as much as a target token; the drafter proposes
+    only the ids it has rows for (the others get probability 0, which exact rejection sampling
+    allows: the target's own distribution decides what is emitted)."""
+
+    def __init__(self, ids: Sequence[int], target_vocab_size: int) -> None:
+        self.ids = torch.tensor(list(ids), dtype=torch.int64)  # [S]
+        self.target_vocab_size = target_vocab_size
+        self.lut = torch.full((target_vocab_size,), len(self.ids), dtype=torch.int64)
+        self.lut[self.ids] = torch.arange(len(self.ids))
+
+    def to_draft(self, ids: torch.Tensor) -> torch.Tensor:
+        """Target token ids -> the drafter's rows (unknown ids -> the shared row S)."""
+        return self.lut.to(ids.device)[ids]
+
+    def to_target(self, logits: torch.Tensor) -> torch.Tensor:
+        """The drafter's logits [b, S + 1] -> logits over the target's vocabulary [b, V]: -inf
+        wherever the drafter has no row (the shared class is never proposed)."""
+        out = logits.new_full((logits.shape[0], self.target_vocab_size), float("-inf"))
+        out[:, self.ids.to(logits.device)] = logits[:, :-1]
+        return out
+
+
+def load_language_model(model: str | os.PathLike[str], dtype: torch.dtype = torch.float32,
+                        device: torch.device | str = "cpu", max_positions: int | None = None,
+                        ) -> tuple[PackedQwen3ForCausalLM, VocabMap | None]:
+    """The engine's model for a name or folder ("bard", "bard-draft", "tiny", a path), and its
+    VocabMap when it is a drafter over a compact vocabulary (a `draft_vocab.json` beside it)."""
+    folder = resolve_model(model)
+    lm = PackedQwen3ForCausalLM.from_pretrained(folder, dtype, device, max_positions)
+    vocab = folder / DRAFT_VOCAB
+    if not vocab.is_file():
+        return lm, None
+    spec = json.loads(vocab.read_text())
+    return lm, VocabMap(spec["ids"], spec["target_vocab_size"])
+
+
+class CachedLM:
+    """One sequence on an engine model over its own paged KV cache: the pieces chapter 13's
+    `speculative_step` composes. `tokens` are those whose K/V the cache holds.
+
+        lm = CachedLM.load("bard")
+        logits = lm.extend([1, 2, 3])   # [3, V]: the next-token logits after each new token
+        lm.truncate(2)                  # forget token 3: its K/V slot goes back with its page
+    """
+
+    def __init__(self, model: PackedQwen3ForCausalLM, vocab: VocabMap | None = None,
+                 page_size: int = 4, max_tokens: int = 1024) -> None:
+        self.model, self.vocab = model, vocab
+        device = model.model.embed_tokens.weight.device
+        dtype = model.model.embed_tokens.weight.dtype
+        self.page_size = page_size
+        self.allocator = PageAllocator(pages_needed(max_tokens, page_size))
+        self.kv_cache = KVCache(model.cfg, self.allocator.num_pages, page_size, dtype, device,
+                                num_kv_heads=model.num_local_heads[1])
+        self.backend = TorchBackend(self.kv_cache, model.num_local_heads[0], dtype)
+        self.tokens: list[int] = []
+        self.page_table: list[int] = []
+
+    @classmethod
+    def load(cls, model: str | os.PathLike[str], **kwargs: int) -> CachedLM:
+        """The model by name or folder (float32, CPU) on a fresh cache."""
+        return cls(*load_language_model(model), **kwargs)
+
+    @property
+    def num_cached(self) -> int:
+        return len(self.tokens)
+
+    @torch.inference_mode()
+    def extend(self, ids: Sequence[int]) -> torch.Tensor:
+        """Append `ids` to the cache (one forward) -> float32 logits [len(ids), V] over the
+        target vocabulary: row i is the distribution of the token after ids[i]."""
+        ids = [int(t) for t in ids]
+        if not ids:
+            raise ValueError("extend needs at least one token id.")
+        total = self.num_cached + len(ids)
+        extra = pages_needed(total, self.page_size) - len(self.page_table)
+        if extra > self.allocator.num_free:
+            raise ValueError(f"{total} tokens do not fit in this CachedLM's cache "
+                             f"({self.allocator.num_pages} pages of {self.page_size}); make "
+                             "it with a larger max_tokens.")
+        if extra > 0:
+            self.page_table += self.allocator.allocate(extra)
+        device = self.kv_cache.pools[0].device
+        metadata = build_metadata([self.page_table], [total], [len(ids)], self.page_size, device)
+        x = torch.tensor(ids, dtype=torch.int64, device=device)
+        if self.vocab is not None:
+            x = self.vocab.to_draft(x)
+        self.backend.plan(metadata)
+        logits = self.model.compute_logits(self.model(x, metadata.positions, self.backend))
+        self.tokens += ids
+        logits = logits.float()
+        return self.vocab.to_target(logits) if self.vocab is not None else logits
+
+    def truncate(self, n: int) -> None:
+        """Keep the K/V of the first n tokens only; pages past them go back to the pool."""
+        if not 0 <= n <= self.num_cached:
+            raise ValueError(f"truncate(n) needs 0 <= n <= num_cached ({self.num_cached}), "
+                             f"got {n}.")
+        keep = pages_needed(n, self.page_size)
+        self.allocator.free(self.page_table[keep:])
+        del self.page_table[keep:]
+        del self.tokens[n:]
+
+
+def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(logits / temperature) per row, in float64; temperature 0: one-hot argmax."""
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).double()
+    return (logits.double() / temperature).softmax(-1)
+
+
+def speculative_step(target: CachedLM, draft: CachedLM, tokens: Sequence[int], k: int,
+                     temperature: float = 0.0,
+                     generator: torch.Generator | None = None) -> list[int]:
+    """One round of speculative decoding for one sequence: the draft proposes k tokens after
+    `tokens`, the target scores all k + 1 positions in one forward, and greedy verification
+    (temperature 0) or rejection sampling keeps a prefix of the drafts plus one token of the
+    target's. Returns the 1 .. k + 1 new tokens. Both caches then hold exactly the K/V of
+    tokens + new[:-1] (or fewer, for the draft): a rejected draft's K/V is given back.
+
+    Each cache must hold a prefix of `tokens` shorter than it (both empty at the start)."""
+    tokens = list(tokens)
+    for lm in (target, draft):
+        if lm.num_cached >= len(tokens) or lm.tokens != tokens[:lm.num_cached]:
+            raise ValueError("each cache must hold a prefix of tokens, shorter than tokens.")
+    # 1. the draft catches up and proposes k tokens, one forward each
+    drafts: list[int] = []
+    q_rows = []
+    feed = tokens[draft.num_cached:]
+    for _ in range(k):
+        q = probabilities(draft.extend(feed)[-1:], temperature)[0]
+        d = int(q.argmax()) if temperature == 0 else int(
+            torch.multinomial(q, 1, generator=generator))
+        drafts.append(d)
+        q_rows.append(q)
+        feed = [d]
+    # 2. the target checks every draft in one forward: k + 1 distributions
+    p = probabilities(target.extend(tokens[target.num_cached:] + drafts)[-(k + 1):],
+                      temperature)
+    # 3. accept a prefix, add one token of the target's
+    if temperature == 0:
+        new = accept_greedy(drafts, p.argmax(-1).tolist())
+    else:
+        new = rejection_sample(drafts, torch.stack(q_rows), p, generator)
+    # 4. roll back: keep the K/V of tokens + new[:-1] only
+    keep = len(tokens) + len(new) - 1
+    target.truncate(keep)
+    draft.truncate(min(draft.num_cached, keep))
+    return new

@@ -6,11 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
-from minimodel.checkpoints import BARD_DIR
+from minimodel.checkpoints import BARD_DIR, DRAFT_DIR
 from minimodel.train.corpus import build_corpus
 from minimodel.train.evaluate import evaluate_samples, plot_losses
-from minimodel.train.export import export
-from minimodel.train.trainer import TrainConfig, train
+from minimodel.train.export import export, export_draft
+from minimodel.train.trainer import SHAPES, TrainConfig, train
 
 DESCRIPTION = "`bard`: the course's own small Qwen3, trained here on public-domain plays and poems."
 
@@ -34,18 +34,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--corpus", default=TrainConfig.corpus, help="train: the token streams")
     p.add_argument("--lr", type=float, default=TrainConfig.lr)
     p.add_argument("--warmup", type=int, default=TrainConfig.warmup)
+    p.add_argument("--shape", default=TrainConfig.shape, choices=sorted(SHAPES),
+                   help="train/export: the model's shape (bard-draft: chapter 13's drafter)")
     p.add_argument("--cycle-start", type=int, default=0,
                    help="train: begin a new warm-up + cosine cycle at this step")
     args = p.parse_args(argv)
+    if args.shape == "bard-draft" and args.to == BARD_DIR:
+        args.to = DRAFT_DIR
     if args.command == "corpus":
         print(json.dumps(build_corpus(args.out, passages=args.passages), indent=2))
     elif args.command == "train":
         tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
                          mix=tuple(args.mix), corpus=args.corpus, lr=args.lr,
-                         warmup=args.warmup, cycle_start=args.cycle_start)
+                         warmup=args.warmup, cycle_start=args.cycle_start,
+                         shape=args.shape)
         train(args.out, tc, args.minutes)
     elif args.command == "export":
-        print("sha256", export(args.out, args.to))
+        if args.shape == "bard-draft":
+            print("sha256", export_draft(args.out, args.to))
+        else:
+            print("sha256", export(args.out, args.to))
     elif args.command == "eval":
         res = evaluate_samples(args.model, args.out)
         text = json.dumps(res, indent=2, ensure_ascii=False)
