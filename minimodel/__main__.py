@@ -32,6 +32,11 @@ def _quantization_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantization", default=None, choices=["int8", "int4"],
                    help="weight-only int8 or int4 (torchao) for the linear layers and the LM "
                         "head; computes in bfloat16 unless --dtype says otherwise")
+    p.add_argument("--speculative-model", default=None,
+                   help="speculative decoding (chapter 13): 'ngram' (prompt lookup) or a draft "
+                        "model with the same tokenizer (bard-draft, a folder)")
+    p.add_argument("--num-speculative-tokens", type=positive_int, default=None,
+                   help="draft tokens checked per request and step (with --speculative-model)")
 
 
 def _dtype(device: str, asked: str | None, quantization: str | None):
@@ -60,7 +65,9 @@ def _llm(args: argparse.Namespace):
     from minimodel.engine import LLM
 
     return LLM(args.model, device=args.device, quantization=args.quantization,
-               dtype=_dtype(args.device, None, args.quantization))
+               dtype=_dtype(args.device, None, args.quantization),
+               speculative_model=args.speculative_model,
+               num_speculative_tokens=args.num_speculative_tokens)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -154,7 +161,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     with LLM(model, device=args.device, dtype=dtype, max_num_seqs=args.max_num_seqs,
              num_pages=args.num_pages, tensor_parallel_size=args.tensor_parallel_size,
              max_model_len=args.max_model_len, quantization=args.quantization,
-             enable_prefix_caching=args.enable_prefix_caching) as llm:
+             enable_prefix_caching=args.enable_prefix_caching,
+             speculative_model=args.speculative_model,
+             num_speculative_tokens=args.num_speculative_tokens) as llm:
         name = args.served_model_name or model
         print(f"minimodel: serving {name!r} on http://{args.host}:{args.port} "
               f"(OpenAI API under /v1; Ctrl-C stops)", flush=True)

@@ -71,6 +71,7 @@ GENERATION_CONFIG = {
 BARD_DIR = Path(__file__).resolve().parent / "models" / "bard"
 # `bard-draft`: bard's drafter for speculative decoding (chapter 13), over a compact vocabulary.
 DRAFT_DIR = BARD_DIR.parent / "bard-draft"
+DRAFT_SHA256 = "789222df30ac8f100e70461e034d0992b52aff75018738debfc366f02a815c43"
 BARD_SHA256 = "9caea7ba13f6f705e05bb474f7584cff785767527b66d38c9e2756ea011d83f1"
 
 # Bump when what the builders write changes, so that caches built by older code are rebuilt.
@@ -174,18 +175,30 @@ def build_random(shape: str) -> Callable[[Path], None]:
 
 def build_bard(folder: Path) -> None:
     """Copy bard's shipped files into `folder`, check its weights, add the tokenizer files."""
-    weights = BARD_DIR / "model.safetensors"
+    copy_shipped(folder, BARD_DIR, BARD_SHA256, "bard")
+
+
+def build_bard_draft(folder: Path) -> None:
+    """The same for `bard-draft`, with its map of compact rows to token ids."""
+    copy_shipped(folder, DRAFT_DIR, DRAFT_SHA256, "bard-draft", extra=("draft_vocab.json",))
+
+
+def copy_shipped(folder: Path, source: Path, sha256: str, name: str,
+                 extra: tuple[str, ...] = ()) -> None:
+    """Copy a model shipped in the package into `folder`, check its weights' sha256, add the
+    tokenizer files."""
+    weights = source / "model.safetensors"
     if not weights.is_file():
         raise FileNotFoundError(
-            f"bard's weights are missing: {weights} does not exist. Reinstall minimodel "
+            f"{name}'s weights are missing: {weights} does not exist. Reinstall minimodel "
             "(pip install -e .) from a complete checkout."
         )
     digest = weights_checksum(load_file(str(weights)))
-    if digest != BARD_SHA256:
+    if digest != sha256:
         raise ValueError(
-            f"{weights} has weights checksum {digest}, expected {BARD_SHA256}: the file is "
+            f"{weights} has weights checksum {digest}, expected {sha256}: the file is "
             "damaged or from another version. Restore it from the repository (git checkout)."
         )
-    for name in ("config.json", "generation_config.json", "model.safetensors"):
-        shutil.copyfile(BARD_DIR / name, folder / name)
+    for file in ("config.json", "generation_config.json", "model.safetensors", *extra):
+        shutil.copyfile(source / file, folder / file)
     write_tokenizer_files(folder)

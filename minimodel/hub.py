@@ -14,9 +14,11 @@ from pathlib import Path
 
 from minimodel.checkpoints import (
     BARD_SHA256,
+    DRAFT_SHA256,
     BUILD_VERSION,
     SHAPES,
     build_bard,
+    build_bard_draft,
     build_random,
     build_tiny,
 )
@@ -75,7 +77,7 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 def resolve_model(name: str | os.PathLike) -> Path:
     """Return the folder of a model: "bard", "tiny", "random:<shape>", a folder, or a repo id.
 
-    `bard` (trained, shipped in the package), `tiny` (random weights) and `random:<shape>` are
+    `bard` and its drafter `bard-draft` (trained, shipped in the package), `tiny` (random weights) and `random:<shape>` are
     built on first use into $MINIMODEL_HOME/models/.
     Supported shapes: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b.
     """
@@ -88,6 +90,9 @@ def resolve_model(name: str | os.PathLike) -> Path:
     models = minimodel_home() / "models"
     if text == "bard":
         return build_once(models / "bard", build_bard, f"{BUILD_VERSION}-{BARD_SHA256}")
+    if text == "bard-draft":
+        return build_once(models / "bard-draft", build_bard_draft,
+                          f"{BUILD_VERSION}-{DRAFT_SHA256}")
     if text == "tiny":
         return build_once(models / "tiny", build_tiny, BUILD_VERSION)
     if text.startswith("random:"):
@@ -100,7 +105,7 @@ def resolve_model(name: str | os.PathLike) -> Path:
     if text.count("/") == 1 and not text.startswith((".", "/", "~")) and not path.exists():
         return _download(text)
     raise FileNotFoundError(
-        f"Unknown model {text!r}: not a folder, not 'bard' or 'tiny', not 'random:<shape>' "
+        f"Unknown model {text!r}: not a folder, not 'bard', 'bard-draft' or 'tiny', not 'random:<shape>' "
         f"(shapes: {', '.join(sorted(SHAPES))}), and not a Hugging Face repo id like "
         "'Qwen/Qwen3-0.6B'."
     )

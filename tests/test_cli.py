@@ -56,6 +56,21 @@ def test_generate_prints_no_special_token_text():
     assert "<|" not in out.stdout
 
 
+def test_generate_with_speculative_decoding_prints_the_same_text():
+    """--speculative-model and --num-speculative-tokens reach the engine: bard with its
+    drafter writes, greedily, exactly what bard alone writes."""
+    import minimodel as mm
+
+    out = run("generate", "--model", "bard", "--max-tokens", "24", "--speculative-model",
+              "bard-draft", "--num-speculative-tokens", "3", "ROMEO.\n")
+    assert out.returncode == 0, out.stderr
+    expected = mm.LLM("bard").generate("ROMEO.\n", mm.SamplingParams(temperature=0.0,
+                                                                     max_tokens=24))[0]
+    assert out.stdout.rstrip("\n") == expected.text.rstrip("\n")
+    out = run("generate", "--model", "tiny", "--num-speculative-tokens", "3", "hi")
+    assert out.returncode != 0 and "needs a speculative_model" in out.stderr
+
+
 def test_chat_keeps_the_answers_without_special_tokens_in_its_history(monkeypatch, capsys):
     """Two turns of `minimodel chat` in this process: the second prompt is the template over
     the first answer as the model's text, with one <|im_end|> per message."""
@@ -299,3 +314,7 @@ def test_serve_takes_the_model_positionally_or_with_model():
     assert args.enable_prefix_caching  # on by default, as vLLM's
     args = build_parser().parse_args(["serve", "tiny", "--no-enable-prefix-caching"])
     assert args.enable_prefix_caching is False
+    assert (args.speculative_model, args.num_speculative_tokens) == (None, None)
+    args = build_parser().parse_args(["serve", "bard", "--speculative-model", "bard-draft",
+                                      "--num-speculative-tokens", "4"])
+    assert (args.speculative_model, args.num_speculative_tokens) == ("bard-draft", 4)

@@ -567,3 +567,31 @@ def test_echo_puts_the_prompt_before_the_completion(served):
         client.completions.create(model="tiny", prompt="Hello", max_tokens=1, echo=True,
                                   logprobs=1)
     assert err.value.body["param"] == "echo"
+
+
+def test_a_speculative_server_answers_as_the_engine_alone():
+    """`serve --speculative-model`: the engine drafts and checks; greedy answers, streamed and
+    not, are the engine's answers without speculation, and /metrics counts the drafts."""
+    prompts = ["ROMEO.\n", "床前明月光，"]
+    sp = mm.SamplingParams(temperature=0, max_tokens=24)
+    want = [o.text for o in mm.LLM("bard").generate(prompts, sp)]
+    llm = mm.LLM("bard", speculative_model="bard-draft", num_speculative_tokens=3)
+    server = Server(llm, model_name="bard").start()
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0,
+                           timeout=120)
+    try:
+        for prompt, text in zip(prompts, want, strict=True):
+            got = client.completions.create(model="bard", prompt=prompt, max_tokens=24,
+                                            temperature=0)
+            assert got.choices[0].text == text
+            stream = client.completions.create(model="bard", prompt=prompt, max_tokens=24,
+                                               temperature=0, stream=True)
+            assert "".join(c.choices[0].text for c in stream if c.choices) == text
+        families = {f.name: f for f in text_string_to_metric_families(
+            httpx.get(server.url + "/metrics").text)}
+        drafts = families["minimodel:spec_decode_num_draft_tokens"].samples[0].value
+        accepted = families["minimodel:spec_decode_num_accepted_tokens"].samples[0].value
+        assert drafts > 0 and 0 <= accepted <= drafts
+    finally:
+        client.close()
+        server.close()

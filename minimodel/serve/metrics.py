@@ -9,7 +9,9 @@ under a `minimodel:` prefix.
     counters    minimodel:prompt_tokens_total, minimodel:generation_tokens_total,
                 minimodel:request_success_total{finished_reason="stop"|"length"|"abort"},
                 minimodel:num_preemptions_total, minimodel:prefix_cache_queries_total and
-                minimodel:prefix_cache_hits_total (prompt tokens looked up / found cached)
+                minimodel:prefix_cache_hits_total (prompt tokens looked up / found cached),
+                minimodel:spec_decode_num_draft_tokens_total and
+                minimodel:spec_decode_num_accepted_tokens_total (speculative decoding)
     histograms  minimodel:time_to_first_token_seconds, minimodel:time_per_output_token_seconds,
                 minimodel:e2e_request_latency_seconds (the engine's own timestamps)
 
@@ -85,6 +87,10 @@ class ServerMetrics:
                                 "looked up in the prefix cache.").labels(**labels)
         self._hits = counter("prefix_cache_hits", "Of those, the tokens the prefix cache held."
                              ).labels(**labels)
+        self._drafts = counter("spec_decode_num_draft_tokens", "Draft tokens the model "
+                               "checked (speculative decoding).").labels(**labels)
+        self._accepted = counter("spec_decode_num_accepted_tokens", "Of those, the tokens "
+                                 "it accepted.").labels(**labels)
         self._success = counter("request_success", "Requests that ended, by finish reason.",
                                 ("finished_reason",))
         self._labels = labels
@@ -114,6 +120,8 @@ class ServerMetrics:
             self._preemptions.inc(m.num_preemptions)
         self._queries.inc(m.prompt_tokens)
         self._hits.inc(m.cached_tokens)
+        self._drafts.inc(m.draft_tokens)
+        self._accepted.inc(m.accepted_tokens)
 
     def aborted(self, count: int = 1) -> None:
         if count:
