@@ -212,3 +212,20 @@ def test_prefix_workloads_run_alone_and_write_json(tmp_path, capsys):
     assert "P1 mean TTFT at least 5x lower" in printed and "off/on" in printed
     with pytest.raises(ValueError, match="P run on their own"):
         bench.main(["--workloads", "P,A", "--out", str(out)])
+
+
+def test_spec_workloads_run_alone_and_write_json(tmp_path, capsys):
+    out = tmp_path / "spec.json"
+    assert bench.main(["--workloads", "S", "--spec-model", "tiny", "--spec-k", "2,3",
+                       "--spec-tokens", "8", "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())["spec"]
+    assert rep["model"] == "tiny" and rep["k_values"] == [2, 3]
+    for wl in ("S1", "S8"):
+        assert list(rep[wl]) == ["plain", "ngram k=2", "ngram k=3"]
+        assert all(r["same_tokens"] for r in rep[wl].values())
+        assert rep[wl]["plain"]["speedup"] == 1.0 and rep[wl]["plain"]["draft_tokens"] == 0
+        assert all(r["draft_tokens"] > 0 for n, r in rep[wl].items() if n != "plain")
+    printed = capsys.readouterr().out
+    assert "batch-1 decode at least 1.8x faster" in printed
+    with pytest.raises(ValueError, match="S run on their own"):
+        bench.main(["--workloads", "S,A", "--out", str(out)])

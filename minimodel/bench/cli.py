@@ -19,6 +19,7 @@ from minimodel.bench.quality import format_quality, quality_report
 from minimodel.bench.report import format_table, plot
 from minimodel.bench.runners import SYSTEM_WORKLOADS, run_dtype
 from minimodel.bench.settings import FORMATS, BenchSettings
+from minimodel.bench.spec import K_VALUES, NEW_TOKENS, format_spec, spec_report
 from minimodel.bench.workloads import PROMPT_VOCAB
 from minimodel.cli_types import device_kind, int_at_least, names, positive_int
 from minimodel.config import Qwen3Config
@@ -34,6 +35,7 @@ Side-by-side benchmark: the minimodel engine vs transformers `generate` vs the n
     python -m minimodel bench --card --model bard   # the card of the small trained model
     python -m minimodel bench --quality             # int8 and int4 against bfloat16
     python -m minimodel bench --workloads P         # prefix caching: the cache on against off
+    python -m minimodel bench --workloads S         # speculative decoding against plain decoding
 
 Workloads (same model, same requests, same dtype and threads for every system):
   A  throughput: 16 requests, prompt lengths uniform in [32, 256], output lengths uniform in
@@ -51,6 +53,14 @@ against off, side by side. P1: a 1,024-token system prompt shared by 32 differen
 questions, sent at once, 32 new tokens each. P2: a 6-turn chat, each turn's prompt the whole
 conversation so far (a new 64-token user message per turn, 32-token answers). Mean and p90
 time to first token, output tokens/s, prefill tokens computed, hit rate, and the ratios.
+
+Workloads S (--workloads S, the engine alone, on --spec-model, bard by default): speculative
+decoding against plain decoding, side by side. S1: batch 1, 8 prompts (4 play openings, 4
+first lines of Tang poems) one after the other; S8: the 8 at once; 64 greedy tokens each, EOS
+ignored. Each drafter (ngram, and the model's own draft model: bard-draft for bard) at each k of
+--spec-k: output tokens/s, the speed-up over plain decoding, the acceptance rate, tokens per
+verify step, seconds drafting / verifying / accepting, and whether the tokens are plain
+decoding's.
 
 The card (--card) first measures what the hardware allows, then what the engine reaches, per
 format (--card-formats: float32, bfloat16, and int8 weights with bfloat16 activations): the
@@ -83,7 +93,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="float32, bfloat16 or both comma-separated (default: both on CPU, "
                         "bfloat16 on CUDA)")
     p.add_argument("--workloads", default="A,B,C",
-                   type=names(("A", "B", "C", "N", "P"), upper=True),
+                   type=names(("A", "B", "C", "N", "P", "S"), upper=True),
                    help="comma-separated from A,B,C (and N on "
                    "CUDA, added by default there)")
     p.add_argument("--out", default=None, help="JSON path (default build/bench.json, with --card "
@@ -136,6 +146,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the card also runs workloads P at a small size (default: on)")
     p.add_argument("--prefix-models", default="bard,random:qwen3-0.6b",
                    help="models of workloads P (comma-separated)")
+    p.add_argument("--spec-model", default="bard", help="workloads S: the target model")
+    p.add_argument("--spec-k", default=",".join(map(str, K_VALUES)), type=batch_sizes,
+                   help="workloads S: draft tokens per step to try (comma-separated)")
+    p.add_argument("--spec-tokens", type=positive_int, default=NEW_TOKENS,
+                   help="workloads S: new tokens per prompt")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
@@ -211,16 +226,27 @@ def main(argv: list[str] | None = None) -> int:
     if "P" in workloads and len(workloads) > 1:
         raise ValueError("Workloads P run on their own (the engine, cache on against off): "
                          "pass --workloads P alone.")
-    if not (args.card or args.quality or "P" in workloads):
+    if "S" in workloads and len(workloads) > 1:
+        raise ValueError("Workloads S run on their own (the engine, speculation against plain "
+                         "decoding): pass --workloads S alone.")
+    if not (args.card or args.quality or workloads & {"P", "S"}):
         check_plan(args, workloads)
     default_out = ("build/bench-card.json" if args.card else
                    "build/bench-quality.json" if args.quality else
-                   "build/bench-prefix.json" if "P" in workloads else "build/bench.json")
+                   "build/bench-prefix.json" if "P" in workloads else
+                   "build/bench-spec.json" if "S" in workloads else "build/bench.json")
     out = writable_out(Path(args.out or default_out))
     command = "python -m minimodel bench " + " ".join(argv if argv is not None else sys.argv[1:])
     if "P" in workloads and not (args.card or args.quality):
         return run_prefix(args.prefix_models.split(","), args.dtype or "float32", args.device,
                           args.page_size, command, out, settings.quiet)
+    if "S" in workloads and not (args.card or args.quality):
+        report = {"machine": machine(), "command": command,
+                  "spec": spec_report(args.spec_model, args.dtype or "float32", args.device,
+                                      k_values=args.spec_k, new_tokens=args.spec_tokens)}
+        out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print(format_spec(report["spec"]))
+        return 0
     if args.quality:
         return run_quality(settings, args.quality_models.split(","),
                            args.quality_formats.split(","), command, out)
