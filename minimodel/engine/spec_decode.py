@@ -122,9 +122,9 @@ class ModelDrafter:
 
     @torch.inference_mode()
     def _forward(self, seqs: list[Sequence], ids: list[list[int]], kv_lens: list[int],
-                 rows: list[int] | None) -> torch.Tensor | None:
-        """Write the K/V of ids[i] (ending at kv_lens[i]) into the pool; logits over the
-        target vocabulary of each request's last new token when rows is given."""
+                 logits: bool) -> torch.Tensor | None:
+        """Write the K/V of ids[i] (ending at kv_lens[i]) into the pool; with `logits`, the
+        draft's own logits [len(seqs), V'] of each request's last new token."""
         device = self.kv_cache.pools[0].device
         metadata = build_metadata([s.page_table for s in seqs], kv_lens, [len(i) for i in ids],
                                   self.page_size, device)
@@ -133,10 +133,15 @@ class ModelDrafter:
             x = self.vocab.to_draft(x)
         self.backend.plan(metadata)
         hidden = self.model(x, metadata.positions, self.backend)
-        if rows is None:
+        if not logits:
             return None
-        logits = self.model.compute_logits(hidden[metadata.qo_indptr[1:].long() - 1]).float()
-        return self.vocab.to_target(logits) if self.vocab is not None else logits
+        return self.model.compute_logits(hidden[metadata.qo_indptr[1:].long() - 1]).float()
+
+    def _greedy(self, logits: torch.Tensor) -> list[int]:
+        """The draft's most likely token ids (never the shared class of a compact draft)."""
+        if self.vocab is None:
+            return logits.argmax(-1).tolist()
+        return self.vocab.ids.to(logits.device)[logits[:, :-1].argmax(-1)].tolist()
 
     def prefill(self, batch: ScheduledBatch, runner: ModelRunner) -> None:
         """The same tokens as the target's prefill step, into the same page slots."""
@@ -146,7 +151,7 @@ class ModelDrafter:
             ids.append(seq.token_ids[start:start + q_len])
             kv_lens.append(start + q_len)
             seq.num_draft_cached = start + q_len
-        self._forward(batch.seqs, ids, kv_lens, None)
+        self._forward(batch.seqs, ids, kv_lens, logits=False)
 
     def propose(self, seqs: list[Sequence], ks: list[int]
                 ) -> tuple[list[list[int]], list[torch.Tensor | None]]:
@@ -160,16 +165,23 @@ class ModelDrafter:
                 break
             batch = [seqs[i] for i in active]
             kv_lens = [seqs[i].num_tokens + j for i in active]
-            logits = self._forward(batch, [feed[i] for i in active], kv_lens, active)
-            q = target_probs(logits, [seqs[i].params for i in active])
+            logits = self._forward(batch, [feed[i] for i in active], kv_lens, logits=True)
+            assert logits is not None
+            greedy = self._greedy(logits)  # a greedy request's draft needs no distribution
+            sampled = [row for row, i in enumerate(active) if not seqs[i].params.greedy]
+            q = None
+            if sampled:
+                full = logits[sampled]
+                full = self.vocab.to_target(full) if self.vocab is not None else full
+                q = target_probs(full, [seqs[active[row]].params for row in sampled])
             for row, i in enumerate(active):
-                seq = seqs[i]
-                if seq.params.greedy:
-                    d = int(q[row].argmax())
+                if seqs[i].params.greedy:
+                    d = greedy[row]
                 else:
-                    d = int(torch.multinomial(q[row], 1, generator=seq.generator))
+                    q_row = q[sampled.index(row)]  # type: ignore[index]
+                    d = int(torch.multinomial(q_row, 1, generator=seqs[i].generator))
+                    probs[i].append(q_row)
                 drafts[i].append(d)
-                probs[i].append(q[row])
                 feed[i] = [d]
         return drafts, [torch.stack(p) if p else None for p in probs]
 

@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=TrainConfig.warmup)
     p.add_argument("--shape", default=TrainConfig.shape, choices=sorted(SHAPES),
                    help="train/export: the model's shape (bard-draft: chapter 13's drafter)")
+    p.add_argument("--teacher", default=None,
+                   help="train: distil this model's next-token distributions (bard-draft: bard)")
     p.add_argument("--cycle-start", type=int, default=0,
                    help="train: begin a new warm-up + cosine cycle at this step")
     args = p.parse_args(argv)
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
                          mix=tuple(args.mix), corpus=args.corpus, lr=args.lr,
                          warmup=args.warmup, cycle_start=args.cycle_start,
-                         shape=args.shape)
+                         shape=args.shape, teacher=args.teacher)
         train(args.out, tc, args.minutes)
     elif args.command == "export":
         if args.shape == "bard-draft":

@@ -113,6 +113,40 @@ class BardTrainer(torch.nn.Module):
         return {k: v.to(self.cfg.dtype).contiguous() for k, v in out.items()}
 
 
+def load_teacher(name: str, seen: list[int]) -> BardTrainer:
+    """A trained model (by name or folder) as a BardTrainer over the same compact vocabulary:
+    its rows of the seen ids, and the shared row of the unseen ones."""
+    from safetensors.torch import load_file
+
+    from minimodel.hub import resolve_model
+
+    folder = resolve_model(name)
+    cfg = Qwen3Config.from_pretrained(folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    full = weights.pop("model.embed_tokens.weight").float()
+    unseen = next(i for i in range(cfg.vocab_size) if i not in set(seen))
+    teacher = BardTrainer(cfg, seen)
+    state = {k.removeprefix("model."): v.float() for k, v in weights.items()
+             if k.startswith("model.")}
+    state["embed_tokens.weight"] = torch.cat([full[seen], full[unseen][None]])
+    teacher.body.load_state_dict(state)
+    return teacher.eval().requires_grad_(False)
+
+
+def distill_loss(model: BardTrainer, teacher: BardTrainer, ids: torch.Tensor,
+                 targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(KL(teacher || model) per token, in nats; the model's cross-entropy on the corpus)."""
+    logits = model.logits(ids).float()
+    with torch.no_grad():
+        target = teacher.logits(ids).float().log_softmax(-1)
+    logp = logits.log_softmax(-1)
+    kl = (target.exp() * (target - logp)).sum(-1).mean()
+    with torch.no_grad():
+        ce = F.nll_loss(logp.flatten(0, 1), targets.flatten(), reduction="none")
+        ce = (ce + (targets.flatten() == model.S).float() * model.log_unseen).mean()
+    return kl, ce
+
+
 def compact_ids(seen: list[int], vocab_size: int) -> torch.Tensor:
     """A lookup [V] from full ids to compact ids; unseen ids map to the shared class S."""
     lut = torch.full((vocab_size,), len(seen), dtype=torch.long)
@@ -139,6 +173,9 @@ class TrainConfig:
     ckpt_every: int = 50
     seed: int = 0
     shape: str = "bard"  # a key of SHAPES
+    # Distillation (bard-draft): learn a teacher's whole next-token distribution on the same
+    # windows (KL divergence over the seen ids and the shared class), not only the corpus token.
+    teacher: str | None = None
 
 
 PHASE2_STEP = 1050  # where the published run switched to corpus2.pt (docs/bard.md)
@@ -183,6 +220,7 @@ def train(out: Path, tc: TrainConfig, minutes: float | None = None) -> None:
             for split in ("train", "val")}
     torch.manual_seed(tc.seed)
     model = BardTrainer(cfg, seen)
+    teacher = load_teacher(tc.teacher, seen) if tc.teacher else None
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n]
     other = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "embed" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
@@ -229,7 +267,10 @@ def train(out: Path, tc: TrainConfig, minutes: float | None = None) -> None:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, tc)
         x, y = sample_batch(data["train"], tc.mix, tc, gen)
-        loss = model.loss(x, y)
+        if teacher is not None:
+            loss, ce = distill_loss(model, teacher, x, y)
+        else:
+            loss = ce = model.loss(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -238,7 +279,9 @@ def train(out: Path, tc: TrainConfig, minutes: float | None = None) -> None:
         tokens += x.numel()
         wall = wall0 + time.time() - t0
         row = {"step": step, "tokens": tokens, "wall_s": round(wall, 1), "lr": lr_at(step - 1, tc),
-               "train": round(loss.item(), 4)}
+               "train": round(ce.item(), 4)}
+        if teacher is not None:
+            row["kl"] = round(loss.item(), 4)
         if step % tc.eval_every == 0 or step == tc.steps:
             row.update({k: round(v, 4) for k, v in evaluate().items()})
             print(json.dumps(row), flush=True)
