@@ -71,7 +71,7 @@ GENERATION_CONFIG = {
 BARD_DIR = Path(__file__).resolve().parent / "models" / "bard"
 # `bard-draft`: bard's drafter for speculative decoding (chapter 13), over a compact vocabulary.
 DRAFT_DIR = BARD_DIR.parent / "bard-draft"
-DRAFT_SHA256 = "789222df30ac8f100e70461e034d0992b52aff75018738debfc366f02a815c43"
+DRAFT_SHA256 = "6e53760bf21af493455775002391b4e0e7e08d07d58951f029a664660b9a3f3c"
 BARD_SHA256 = "9caea7ba13f6f705e05bb474f7584cff785767527b66d38c9e2756ea011d83f1"
 
 # Bump when what the builders write changes, so that caches built by older code are rebuilt.

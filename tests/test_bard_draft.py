@@ -88,4 +88,4 @@ def test_bard_with_its_drafter_writes_bards_greedy_text():
                  tune_kernels=False)
     got = llm.generate(prompts, sp)
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
-    assert llm.spec_decode_stats()["acceptance_rate"] > 0.2  # it does predict bard
+    assert llm.spec_decode_stats()["acceptance_rate"] > 0.1  # it predicts bard (chance: ~0)
