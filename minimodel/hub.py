@@ -14,8 +14,8 @@ from pathlib import Path
 
 from minimodel.checkpoints import (
     BARD_SHA256,
-    DRAFT_SHA256,
     BUILD_VERSION,
+    DRAFT_SHA256,
     SHAPES,
     build_bard,
     build_bard_draft,
@@ -77,8 +77,8 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 def resolve_model(name: str | os.PathLike) -> Path:
     """Return the folder of a model: "bard", "tiny", "random:<shape>", a folder, or a repo id.
 
-    `bard` and its drafter `bard-draft` (trained, shipped in the package), `tiny` (random weights) and `random:<shape>` are
-    built on first use into $MINIMODEL_HOME/models/.
+    `bard` and its drafter `bard-draft` (trained, shipped in the package), `tiny` (random
+    weights) and `random:<shape>` are built on first use into $MINIMODEL_HOME/models/.
     Supported shapes: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b.
     """
     text = str(name)
@@ -105,7 +105,7 @@ def resolve_model(name: str | os.PathLike) -> Path:
     if text.count("/") == 1 and not text.startswith((".", "/", "~")) and not path.exists():
         return _download(text)
     raise FileNotFoundError(
-        f"Unknown model {text!r}: not a folder, not 'bard', 'bard-draft' or 'tiny', not 'random:<shape>' "
-        f"(shapes: {', '.join(sorted(SHAPES))}), and not a Hugging Face repo id like "
-        "'Qwen/Qwen3-0.6B'."
+        f"Unknown model {text!r}: not a folder, not 'bard', 'bard-draft' or 'tiny', not "
+        f"'random:<shape>' (shapes: {', '.join(sorted(SHAPES))}), and not a Hugging Face repo "
+        "id like 'Qwen/Qwen3-0.6B'."
     )

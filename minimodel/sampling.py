@@ -252,6 +252,28 @@ def min_p_filter(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(probs < threshold, float("-inf"))
 
 
+def truncate(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """The logits [n, V] each row (one SamplingParams per row, none greedy) is drawn from:
+    divided by its temperature, then min_p, top_k and top_p, in that order (-inf where a
+    filter drops a token). The Sampler and speculative decoding's checks share it."""
+    V = logits.shape[-1]
+
+    def column(name: str) -> torch.Tensor:
+        return torch.tensor([getattr(sp, name) for sp in params], device=logits.device,
+                            dtype=torch.float32)
+
+    sub = logits / column("temperature")[:, None]
+    if any(sp.min_p > 0 for sp in params):
+        sub = min_p_filter(sub, column("min_p"))
+    top_k = [min(sp.top_k, V) for sp in params]  # k > V is V; <= 0 is off
+    # Both filters sort the whole vocabulary: skip them when no row asks for them.
+    if any(k > 0 for k in top_k):
+        sub = top_k_filter(sub, torch.tensor(top_k, device=logits.device))
+    if any(sp.top_p < 1.0 for sp in params):
+        sub = top_p_filter(sub, column("top_p"))
+    return sub
+
+
 def apply_penalties(
     logits: torch.Tensor,
     seen: torch.Tensor,
@@ -326,21 +348,7 @@ class Sampler:
         sampled = [i for i, sp in enumerate(params) if not sp.greedy]
         if sampled:
             idx = torch.tensor(sampled, device=logits.device)
-
-            def column(name: str) -> torch.Tensor:
-                return torch.tensor([getattr(params[i], name) for i in sampled],
-                                    device=logits.device, dtype=torch.float32)
-
-            sub = logits[idx] / column("temperature")[:, None]
-            if any(params[i].min_p > 0 for i in sampled):
-                sub = min_p_filter(sub, column("min_p"))
-            top_k = [min(params[i].top_k, V) for i in sampled]  # k > V is V; <= 0 is off
-            # Both filters sort the whole vocabulary: skip them when no row asks for them.
-            if any(k > 0 for k in top_k):
-                sub = top_k_filter(sub, torch.tensor(top_k, device=logits.device))
-            if any(params[i].top_p < 1.0 for i in sampled):
-                sub = top_p_filter(sub, column("top_p"))
-            probs = sub.softmax(dim=-1)
+            probs = truncate(logits[idx], [params[i] for i in sampled]).softmax(dim=-1)
             # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p. Each row's noise
             # comes from its own generator, so a seeded row ignores what else is in the batch.
             noise = torch.empty_like(probs)

@@ -38,7 +38,7 @@ from minimodel.engine.speculative import (
     ngram_propose,
     rejection_sample,
 )
-from minimodel.sampling import SamplingParams, _top_logprobs, min_p_filter, top_k_filter, top_p_filter
+from minimodel.sampling import SamplingParams, _top_logprobs, truncate
 
 if TYPE_CHECKING:
     from minimodel.engine.config import EngineConfig
@@ -59,19 +59,7 @@ def target_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Te
     sampled = [i for i, sp in enumerate(params) if not sp.greedy]
     if sampled:
         idx = torch.tensor(sampled, device=logits.device)
-
-        def column(name: str) -> torch.Tensor:
-            return torch.tensor([getattr(params[i], name) for i in sampled],
-                                device=logits.device, dtype=torch.float32)
-
-        sub = logits[idx].float() / column("temperature")[:, None]
-        if any(params[i].min_p > 0 for i in sampled):
-            sub = min_p_filter(sub, column("min_p"))
-        top_k = [params[i].top_k for i in sampled]
-        if any(k > 0 for k in top_k):
-            sub = top_k_filter(sub, torch.tensor(top_k, device=logits.device))
-        if any(params[i].top_p < 1.0 for i in sampled):
-            sub = top_p_filter(sub, column("top_p"))
+        sub = truncate(logits[idx].float(), [params[i] for i in sampled])
         out[idx] = sub.double().softmax(-1)
     return out
 

@@ -13,10 +13,8 @@ import torch
 from safetensors.torch import save_file
 
 from minimodel.checkpoints import GENERATION_CONFIG, weights_checksum
+from minimodel.engine.speculative import DRAFT_VOCAB
 from minimodel.train.trainer import BARD, BARD_DRAFT, BardTrainer
-
-
-DRAFT_VOCAB = "draft_vocab.json"  # bard-draft's compact ids -> the tokenizer's ids
 
 
 def export(out: Path, to: Path) -> str:
