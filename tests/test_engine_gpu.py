@@ -229,6 +229,25 @@ def test_what_flashinfer_cannot_run_falls_back_on_cuda(small_checkpoint):
                skip_tokenizer_init=True).backend_name == "flashinfer"
 
 
+@pytest.mark.parametrize("drafter", ["ngram", "self"])
+def test_speculative_decoding_through_flashinfer(small_checkpoint, drafter):
+    """Verify steps (1 + k new tokens per request over the paged cache) through FlashInfer's
+    prefill kernels, plain decode steps through the graphs: each output close to the torch
+    engine's without speculation, every page back."""
+    folder = gpu_checkpoint(small_checkpoint, 8)
+    g = torch.Generator().manual_seed(11)
+    loop = torch.randint(0, 512, (6,), generator=g).tolist()
+    prompts = [loop * 4, torch.randint(0, 512, (19,), generator=g).tolist(), loop * 2 + [7]]
+    llm = LLM(folder, device="cuda", dtype=torch.bfloat16, attention_backend="flashinfer",
+              page_size=4, num_pages=512, max_num_seqs=8, skip_tokenizer_init=True,
+              speculative_model="ngram" if drafter == "ngram" else str(folder),
+              num_speculative_tokens=3)
+    outs = llm.generate(prompts, greedy(16))
+    assert llm.allocator.num_free == llm.allocator.num_pages
+    assert llm.spec_decode_stats()["draft_tokens"] > 0
+    assert_close_to_torch(folder, prompts, outs, torch.bfloat16)
+
+
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_prefix_caching_under_graphs(small_checkpoint, page_size):
     """Requests that share a system prompt, in two waves, through FlashInfer and the decode
