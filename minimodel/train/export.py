@@ -13,8 +13,10 @@ import torch
 from safetensors.torch import save_file
 
 from minimodel.checkpoints import GENERATION_CONFIG, weights_checksum
-from minimodel.engine.speculative import DRAFT_VOCAB
 from minimodel.train.trainer import BARD, BARD_DRAFT, BardTrainer
+
+# bard-draft's compact rows -> the tokenizer's ids (the engine reads it: engine/speculative.py)
+DRAFT_VOCAB = "draft_vocab.json"
 
 
 def export(out: Path, to: Path) -> str:
