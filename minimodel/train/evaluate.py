@@ -15,7 +15,9 @@ import torch
 
 import minimodel as mm
 from minimodel.train.corpus import (
+    TANG300,
     chinese_poems,
+    half_line,
     is_sonnet,
     shakespeare_documents,
     shakespeare_texts,
@@ -113,7 +115,30 @@ def evaluate_samples(model: str | Path, out: Path, n: int = 4, seed: int = 0) ->
     hits = [llm.tokenizer.decode(o.token_ids).split("\n")[0].strip() == b.strip()
             for o, (_, b) in zip(outs, lines)]
     results["sonnet_greedy_next_line"] = sum(hits) / len(hits)
+    results["recite_tang"] = recite(llm, [p for p in zh_poems[:TANG300] if "，" in p.lines[0]])
     return results
+
+
+# Famous Tang poems, by their first half-line: the recitation docs/bard.md reports first.
+FAMOUS = ["床前明月光，", "白日依山尽，", "春眠不觉晓，", "红豆生南国，", "月落乌啼霜满天，",
+          "千山鸟飞绝，", "慈母手中线，", "故人西辞黄鹤楼，"]
+
+
+def recite(llm, poems: list) -> dict:
+    """Greedy from each poem's first half-line: how many poems come back whole, how many
+    continue into their real second half-line, and the famous ones' continuations."""
+    prompts = [half_line(p) for p in poems]
+    wants = ["\n".join(p.lines)[len(q):] for p, q in zip(poems, prompts)]
+    params = [mm.SamplingParams(temperature=0.0, ignore_eos=False,
+                                max_new_tokens=len(llm.tokenizer.encode(w)) + 4) for w in wants]
+    outs = llm.generate(prompts, params)
+    texts = [llm.tokenizer.decode(o.token_ids, skip_special_tokens=True) for o in outs]
+    whole = [t.startswith(w) for t, w in zip(texts, wants)]
+    half = [t.startswith(w.split("。")[0]) for t, w in zip(texts, wants)]
+    famous = {q: t.split("\n\n")[0].strip() for q, t in zip(prompts, texts) if q in FAMOUS}
+    return {"poems": len(poems), "whole_poem": sum(whole) / len(poems),
+            "second_half_line": sum(half) / len(poems), "famous": famous,
+            "famous_whole": sum(w for q, w in zip(prompts, whole) if q in FAMOUS)}
 
 
 def plot_losses(out: Path, png: Path) -> None:

@@ -123,12 +123,21 @@ def load_teacher(name: str, seen: list[int]) -> BardTrainer:
     folder = resolve_model(name)
     cfg = Qwen3Config.from_pretrained(folder)
     weights = load_file(str(folder / "model.safetensors"))
-    full = weights.pop("model.embed_tokens.weight").float()
-    unseen = next(i for i in range(cfg.vocab_size) if i not in set(seen))
+    table = weights.pop("model.embed_tokens.weight").float()
+    compact = folder / "draft_vocab.json"  # bard-draft's table: already the compact rows
+    if compact.is_file():
+        rows = json.loads(compact.read_text())
+        if rows["ids"] != list(seen):
+            raise ValueError(f"{name}'s compact vocabulary is not this corpus's seen ids.")
+        cfg = dataclasses.replace(cfg, vocab_size=rows["target_vocab_size"])
+    else:
+        seen_set = set(seen)
+        unseen = next(i for i in range(cfg.vocab_size) if i not in seen_set)
+        table = torch.cat([table[seen], table[unseen][None]])
     teacher = BardTrainer(cfg, seen)
     state = {k.removeprefix("model."): v.float() for k, v in weights.items()
              if k.startswith("model.")}
-    state["embed_tokens.weight"] = torch.cat([full[seen], full[unseen][None]])
+    state["embed_tokens.weight"] = table
     teacher.body.load_state_dict(state)
     return teacher.eval().requires_grad_(False)
 
@@ -176,6 +185,12 @@ class TrainConfig:
     # Distillation (bard-draft): learn a teacher's whole next-token distribution on the same
     # windows (KL divergence over the seen ids and the shared class), not only the corpus token.
     teacher: str | None = None
+    # Phase 3: start from a published model's weights (by name or folder) at step cycle_start,
+    # with a fresh optimizer, instead of from random weights at step 0.
+    init: str | None = None
+    # Streams whose windows begin at a document's start (phase 3's recitation: the first
+    # half-line of a poem at position 0, as a prompt puts it).
+    aligned: tuple[str, ...] = ("recite",)
 
 
 PHASE2_STEP = 1050  # where the published run switched to corpus2.pt (docs/bard.md)
@@ -193,16 +208,30 @@ def lr_at(step: int, tc: TrainConfig) -> float:
 
 
 def sample_batch(streams: list[torch.Tensor], mix: tuple[float, ...], tc: TrainConfig,
-                 gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random windows of seq_len + 1 tokens, each from a source drawn by the mix."""
+                 gen: torch.Generator, starts: list[torch.Tensor | None] | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows of seq_len + 1 tokens, each from a source drawn by the mix. A stream
+    with `starts` begins its windows only there (a document's first token at position 0, as
+    in a prompt)."""
     which = torch.multinomial(torch.tensor(mix), tc.batch_size, replacement=True, generator=gen)
     rows = []
     for w in which.tolist():
         s = streams[w]
-        start = int(torch.randint(0, len(s) - tc.seq_len - 1, (1,), generator=gen))
+        if starts is not None and starts[w] is not None:
+            begin = starts[w]
+            start = int(begin[torch.randint(0, len(begin), (1,), generator=gen)])
+        else:
+            start = int(torch.randint(0, len(s) - tc.seq_len - 1, (1,), generator=gen))
         rows.append(s[start: start + tc.seq_len + 1])
     batch = torch.stack(rows)
     return batch[:, :-1], batch[:, 1:]
+
+
+def document_starts(stream: torch.Tensor, eot: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """Where the documents of a stream begin (after each EOT, and at 0), keeping only the
+    starts with a whole window after them; windows may run into the next documents."""
+    begin = torch.cat([torch.zeros(1, dtype=torch.long), (stream == eot).nonzero()[:, 0] + 1])
+    return begin[begin < len(stream) - seq_len - 1]
 
 
 def train(out: Path, tc: TrainConfig, minutes: float | None = None) -> None:
@@ -218,6 +247,9 @@ def train(out: Path, tc: TrainConfig, minutes: float | None = None) -> None:
         raise ValueError(f"--mix needs one share per stream {names}, got {len(tc.mix)}.")
     data = {split: [lut[torch.tensor(corpus["streams"][n][split])] for n in names]
             for split in ("train", "val")}
+    starts = {split: [document_starts(s, lut[corpus["eot"]], tc.seq_len) if n in tc.aligned
+                      else None for n, s in zip(names, data[split], strict=True)]
+              for split in data} if "eot" in corpus else {"train": None, "val": None}
     torch.manual_seed(tc.seed)
     model = BardTrainer(cfg, seen)
     teacher = load_teacher(tc.teacher, seen) if tc.teacher else None
@@ -229,6 +261,13 @@ def train(out: Path, tc: TrainConfig, minutes: float | None = None) -> None:
     gen = torch.Generator().manual_seed(tc.seed)
     step, tokens, wall = 0, 0, 0.0
     ckpt = out / "ckpt.pt"
+    if tc.init and not ckpt.is_file():
+        start = load_teacher(tc.init, seen)
+        if start.cfg.hidden_size != cfg.hidden_size or start.S != model.S:
+            raise ValueError(f"--init {tc.init} is not a {tc.shape} over this corpus's ids.")
+        model.load_state_dict(start.state_dict())
+        step = tc.cycle_start
+        print(f"initialised from {tc.init} at step {step}", flush=True)
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=False)
         model.load_state_dict(state["model"])
@@ -254,7 +293,7 @@ def train(out: Path, tc: TrainConfig, minutes: float | None = None) -> None:
         res = {}
         for i, n in enumerate(names):
             one = tuple(1.0 if j == i else 0.0 for j in range(len(names)))
-            losses = [model.loss(*sample_batch(data["val"], one, tc, egen)).item()
+            losses = [model.loss(*sample_batch(data["val"], one, tc, egen, starts["val"])).item()
                       for _ in range(tc.eval_batches)]
             res[f"val_{n}"] = sum(losses) / len(losses)
         model.train()
@@ -266,7 +305,7 @@ def train(out: Path, tc: TrainConfig, minutes: float | None = None) -> None:
             break
         for g in opt.param_groups:
             g["lr"] = lr_at(step, tc)
-        x, y = sample_batch(data["train"], tc.mix, tc, gen)
+        x, y = sample_batch(data["train"], tc.mix, tc, gen, starts["train"])
         if teacher is not None:
             loss, ce = distill_loss(model, teacher, x, y)
         else:
