@@ -16,6 +16,7 @@ from minimodel.checkpoints import (
     BARD_SHA256,
     BUILD_VERSION,
     DRAFT_SHA256,
+    DRAFT_VOCAB_SHA256,
     SHAPES,
     build_bard,
     build_bard_draft,
@@ -92,7 +93,7 @@ def resolve_model(name: str | os.PathLike) -> Path:
         return build_once(models / "bard", build_bard, f"{BUILD_VERSION}-{BARD_SHA256}")
     if text == "bard-draft":
         return build_once(models / "bard-draft", build_bard_draft,
-                          f"{BUILD_VERSION}-{DRAFT_SHA256}")
+                          f"{BUILD_VERSION}-{DRAFT_SHA256}-{DRAFT_VOCAB_SHA256}")
     if text == "tiny":
         return build_once(models / "tiny", build_tiny, BUILD_VERSION)
     if text.startswith("random:"):

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 import minimodel as mm
 from minimodel import checkpoints
 from minimodel.checkpoints import DRAFT_DIR, DRAFT_SHA256, weights_checksum
-from minimodel.engine.speculative import DRAFT_VOCAB, CachedLM, load_language_model
+from minimodel.engine.speculative import DRAFT_VOCAB, CachedLM, VocabMap, load_language_model
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +89,56 @@ def test_bard_with_its_drafter_writes_bards_greedy_text():
     got = llm.generate(prompts, sp)
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
     assert llm.spec_decode_stats()["acceptance_rate"] > 0.1  # it predicts bard (chance: ~0)
+
+
+def test_the_drafter_scores_and_proposes_only_its_head_rows():
+    """draft_vocab.json names the 4,096 rows the engine's drafter scores (the ids bard writes
+    most often): its head is that tall, and no draft, greedy or sampled, is another id."""
+    spec = json.loads((DRAFT_DIR / DRAFT_VOCAB).read_text())
+    llm = mm.LLM("bard", speculative_model="bard-draft", num_speculative_tokens=3,
+                 tune_kernels=False)
+    d = llm.speculator.drafter
+    assert len(spec["head_rows"]) == 4096 and d.head.shape == (4096, 128)
+    assert torch.equal(d.head_ids, torch.tensor(spec["ids"])[spec["head_rows"]])
+    proposed = []
+    propose = d.propose
+
+    def spy(seqs, ks):
+        drafts, probs = propose(seqs, ks)
+        proposed.append((drafts, probs))
+        return drafts, probs
+
+    d.propose = spy
+    llm.generate(["ROMEO.\n", "床前明月光，"],
+                 [mm.SamplingParams(temperature=0, max_tokens=24),
+                  mm.SamplingParams(temperature=0.8, max_tokens=24, seed=0)])
+    allowed = set(d.head_ids.tolist())
+    assert proposed and all(t in allowed for drafts, _ in proposed for ds in drafts for t in ds)
+    sampled = [q for _, probs in proposed for q in probs if q is not None]
+    assert sampled
+    for q in sampled:
+        outside = q.clone()
+        outside[:, d.head_ids] = 0
+        assert outside.abs().sum() == 0 and torch.allclose(q.sum(-1), q.new_ones(len(q)))
+
+
+def test_head_rows_outside_the_table_are_refused():
+    with pytest.raises(ValueError, match="head_rows must be rows of the 3 ids"):
+        VocabMap([5, 9, 11], 20, head_rows=[0, 3])
+    vocab = VocabMap([5, 9, 11], 20, head_rows=[2, 0])
+    out = vocab.to_target(torch.tensor([[1.0, 2.0]]), vocab.ids[vocab.head_rows])
+    assert out[0, 11] == 1.0 and out[0, 5] == 2.0 and torch.isinf(out[0, 9])
+
+
+def test_a_changed_vocabulary_file_is_refused(tmp_path, monkeypatch):
+    fake = tmp_path / "shipped"
+    fake.mkdir()
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        (fake / name).write_bytes((DRAFT_DIR / name).read_bytes())
+    spec = json.loads((DRAFT_DIR / DRAFT_VOCAB).read_text())
+    spec["head_rows"] = spec["head_rows"][:100]
+    (fake / DRAFT_VOCAB).write_text(json.dumps(spec) + "\n")
+    monkeypatch.setattr(checkpoints, "DRAFT_DIR", fake)
+    monkeypatch.setenv("MINIMODEL_HOME", str(tmp_path / "home"))
+    with pytest.raises(ValueError, match="draft_vocab.json has sha256"):
+        mm.resolve_model("bard-draft")

@@ -113,21 +113,36 @@ class VocabMap:
     only the ids it has rows for (the others get probability 0, which exact rejection sampling
     allows: the target's own distribution decides what is emitted)."""
 
-    def __init__(self, ids: Sequence[int], target_vocab_size: int) -> None:
+    def __init__(self, ids: Sequence[int], target_vocab_size: int,
+                 head_rows: Sequence[int] | None = None) -> None:
         self.ids = torch.tensor(list(ids), dtype=torch.int64)  # [S]
         self.target_vocab_size = target_vocab_size
         self.lut = torch.full((target_vocab_size,), len(self.ids), dtype=torch.int64)
         self.lut[self.ids] = torch.arange(len(self.ids))
+        # The rows the engine's drafter scores, when the file names them (bard-draft: the ids
+        # bard itself writes most often): its head reads those rows only, and proposes only
+        # their ids. Reading every embedded id stays possible.
+        self.head_rows = (None if head_rows is None
+                          else torch.tensor(list(head_rows), dtype=torch.int64))
+        rows = [] if self.head_rows is None else self.head_rows.tolist()
+        if self.head_rows is not None and not (rows and 0 <= min(rows) and max(rows) < len(ids)):
+            raise ValueError(f"head_rows must be rows of the {len(self.ids)} ids (0 to "
+                             f"{len(self.ids) - 1}), got {len(rows)} rows"
+                             + (f" from {min(rows)} to {max(rows)}." if rows else "."))
 
     def to_draft(self, ids: torch.Tensor) -> torch.Tensor:
         """Target token ids -> the drafter's rows (unknown ids -> the shared row S)."""
         return self.lut.to(ids.device)[ids]
 
-    def to_target(self, logits: torch.Tensor) -> torch.Tensor:
+    def to_target(self, logits: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
         """The drafter's logits [b, S + 1] -> logits over the target's vocabulary [b, V]: -inf
-        wherever the drafter has no row (the shared class is never proposed)."""
+        wherever the drafter has no row (the shared class is never proposed). With `ids`, the
+        logits [b, len(ids)] are those of a head over those token ids only."""
         out = logits.new_full((logits.shape[0], self.target_vocab_size), float("-inf"))
-        out[:, self.ids.to(logits.device)] = logits[:, :-1]
+        if ids is None:
+            out[:, self.ids.to(logits.device)] = logits[:, :-1]
+        else:
+            out[:, ids.to(logits.device)] = logits
         return out
 
 
@@ -142,7 +157,7 @@ def load_language_model(model: str | os.PathLike[str], dtype: torch.dtype = torc
     if not vocab.is_file():
         return lm, None
     spec = json.loads(vocab.read_text())
-    return lm, VocabMap(spec["ids"], spec["target_vocab_size"])
+    return lm, VocabMap(spec["ids"], spec["target_vocab_size"], spec.get("head_rows"))
 
 
 class CachedLM:
