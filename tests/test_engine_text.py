@@ -130,15 +130,15 @@ def test_special_tokens_inside_the_text_are_skipped_unless_asked(bard):
     tok = bard.tokenizer
     # ignore_eos: the model's EOS comes early, then generation goes on past it
     params = greedy(24, ignore_eos=True)
-    out = bard.generate("我爱datawhale", params)[0]
+    out = bard.generate(POEM, params)[0]  # the rest of the poem, then EOS
     inside = [t for t in out.token_ids[:-1] if t in tok.eos_token_ids]
-    assert inside, "bard ends this prompt with EOS within a few tokens"
+    assert inside, "bard ends the poem with EOS within 24 tokens"
     assert out.finish_reason == "length"
     assert out.text == tok.decode(out.token_ids, skip_special_tokens=True)
     assert "<|endoftext|>" not in out.text
-    kept = bard.generate("我爱datawhale", greedy(24, ignore_eos=True, skip_special_tokens=False))[0]
+    kept = bard.generate(POEM, greedy(24, ignore_eos=True, skip_special_tokens=False))[0]
     assert kept.text == tok.decode(out.token_ids) and "<|endoftext|>" in kept.text
-    assert "".join(bard.stream("我爱datawhale", params)) == out.text
+    assert "".join(bard.stream(POEM, params)) == out.text
 
 
 def test_include_stop_str_in_output_keeps_the_stop_string(llm):
