@@ -47,10 +47,10 @@ def test_generate_streams_text_from_tiny():
 def test_generate_prints_no_special_token_text():
     import minimodel as mm
 
-    out = run("generate", "--model", "bard", "--max-tokens", "32", "我爱datawhale")
+    out = run("generate", "--model", "bard", "--max-tokens", "32", "床前明月光，")
     assert out.returncode == 0, out.stderr
     llm = mm.LLM("bard")
-    expected = llm.generate("我爱datawhale", mm.SamplingParams(temperature=0.0, max_tokens=32))[0]
+    expected = llm.generate("床前明月光，", mm.SamplingParams(temperature=0.0, max_tokens=32))[0]
     assert expected.finish_reason == "stop"  # bard ends it with <|endoftext|>
     assert out.stdout.rstrip("\n") == expected.text.rstrip("\n")
     assert "<|" not in out.stdout
