@@ -29,7 +29,8 @@ per file:
 Phase 3, the Tang poems by heart, starts from the published weights (docs/bard.md tells how
 the published run's first 300 steps differed from this):
 
-    python -m minimodel.train corpus  --out runs/bard --recite        # + the `recite` stream
+    cp runs/bard/corpus.pt runs/bard/corpus2.pt runs/bard3/           # a folder without ckpt.pt
+    python -m minimodel.train corpus  --out runs/bard3 --recite       # + the `recite` stream
     python -m minimodel.train train   --out runs/bard3 --corpus corpus3.pt --init bard \
         --cycle-start 1950 --steps 2600 --lr 1e-3 --warmup 10 --mix 0.30 0.05 0.05 0.05 0.55
 """
