@@ -217,14 +217,18 @@ def test_prefix_workloads_run_alone_and_write_json(tmp_path, capsys):
 def test_spec_workloads_run_alone_and_write_json(tmp_path, capsys):
     out = tmp_path / "spec.json"
     assert bench.main(["--workloads", "S", "--spec-model", "tiny", "--spec-k", "2,3",
-                       "--spec-tokens", "8", "--out", str(out)]) == 0
+                       "--spec-tokens", "8", "--spec-rounds", "2", "--out", str(out)]) == 0
     rep = json.loads(out.read_text())["spec"]
-    assert rep["model"] == "tiny" and rep["k_values"] == [2, 3]
+    assert rep["model"] == "tiny" and rep["k_values"] == [2, 3] and rep["rounds"] == 2
     for wl in ("S1", "S8"):
         assert list(rep[wl]) == ["plain", "ngram k=2", "ngram k=3"]
         assert all(r["same_tokens"] for r in rep[wl].values())
         assert rep[wl]["plain"]["speedup"] == 1.0 and rep[wl]["plain"]["draft_tokens"] == 0
         assert all(r["draft_tokens"] > 0 for n, r in rep[wl].items() if n != "plain")
+        for r in rep[wl].values():  # the systems took turns: every one ran every round
+            assert len(r["round_tokens_per_s"]) == len(r["round_speedups"]) == 2
+            assert min(r["round_speedups"]) <= r["speedup"] <= max(r["round_speedups"])
+        assert rep[wl]["plain"]["round_speedups"] == [1.0, 1.0]
     printed = capsys.readouterr().out
     assert "batch-1 decode at least 1.8x faster" in printed
     with pytest.raises(ValueError, match="S run on their own"):

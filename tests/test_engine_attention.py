@@ -14,6 +14,7 @@ from checkpoints import CONFIGS
 
 import minimodel as mm
 from minimodel.engine import KVCache, PageAllocator, TorchBackend, build_metadata
+from minimodel.engine.attention import decode_metadata
 from minimodel.engine.model import PackedQwen3ForCausalLM
 
 
@@ -41,6 +42,29 @@ def test_build_metadata_rejects_inconsistent_batches():
         build_metadata([[0]], kv_lens=[3], q_lens=[4], page_size=4)
     with pytest.raises(ValueError, match="pages"):
         build_metadata([[0]], kv_lens=[5], q_lens=[1], page_size=4)
+
+
+@pytest.mark.parametrize("page_size", [1, 4, 16])
+def test_decode_metadata_is_build_metadata_for_one_token_per_request(page_size):
+    g = torch.Generator().manual_seed(page_size)
+    for _ in range(50):
+        B = int(torch.randint(1, 9, (), generator=g))
+        kv_lens = torch.randint(1, 60, (B,), generator=g).tolist()
+        # page tables in any order, some longer than needed (pages reserved for drafts)
+        tables = [torch.randperm(200, generator=g)[: -(-k // page_size) + int(extra)].tolist()
+                  for k, extra in zip(kv_lens, torch.randint(0, 3, (B,), generator=g))]
+        want = build_metadata(tables, kv_lens, [1] * B, page_size)
+        got = decode_metadata(tables, kv_lens, page_size)
+        for field in ("qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_len", "positions",
+                      "slot_mapping"):
+            a, b = getattr(got, field), getattr(want, field)
+            assert a.dtype == b.dtype and torch.equal(a, b), field
+        assert (got.q_lens, got.kv_lens, got.page_size) == (want.q_lens, want.kv_lens, page_size)
+        assert got.is_decode
+    with pytest.raises(ValueError, match="kv_len"):
+        decode_metadata([[0]], kv_lens=[5], page_size=4)
+    with pytest.raises(ValueError, match="kv_len"):
+        decode_metadata([[0]], kv_lens=[0], page_size=4)
 
 
 def test_kv_pool_bytes_and_budget():

@@ -19,7 +19,7 @@ from minimodel.bench.quality import format_quality, quality_report
 from minimodel.bench.report import format_table, plot
 from minimodel.bench.runners import SYSTEM_WORKLOADS, run_dtype
 from minimodel.bench.settings import FORMATS, BenchSettings
-from minimodel.bench.spec import K_VALUES, NEW_TOKENS, format_spec, spec_report
+from minimodel.bench.spec import K_VALUES, NEW_TOKENS, ROUNDS, format_spec, spec_report
 from minimodel.bench.workloads import PROMPT_VOCAB
 from minimodel.cli_types import device_kind, int_at_least, names, positive_int
 from minimodel.config import Qwen3Config
@@ -60,7 +60,8 @@ first lines of Tang poems) one after the other; S8: the 8 at once; 64 greedy tok
 ignored. Each drafter (ngram, and the model's own draft model: bard-draft for bard) at each k of
 --spec-k: output tokens/s, the speed-up over plain decoding, the acceptance rate, tokens per
 verify step, seconds drafting / verifying / accepting, and whether the tokens are plain
-decoding's.
+decoding's. All the engines are alive at once and take turns on each prompt group, for
+--spec-rounds rounds, so that a shared machine's drift meets every system alike.
 
 The card (--card) first measures what the hardware allows, then what the engine reaches, per
 format (--card-formats: float32, bfloat16, and int8 weights with bfloat16 activations): the
@@ -149,6 +150,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--spec-model", default="bard", help="workloads S: the target model")
     p.add_argument("--spec-k", default=",".join(map(str, K_VALUES)), type=batch_sizes,
                    help="workloads S: draft tokens per step to try (comma-separated)")
+    p.add_argument("--spec-rounds", type=positive_int, default=ROUNDS,
+                   help="workloads S: rounds over the prompts, the systems taking turns")
     p.add_argument("--spec-tokens", type=positive_int, default=NEW_TOKENS,
                    help="workloads S: new tokens per prompt")
     p.add_argument("--no-plot", action="store_true")
@@ -243,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     if "S" in workloads and not (args.card or args.quality):
         report = {"machine": machine(), "command": command,
                   "spec": spec_report(args.spec_model, args.dtype or "float32", args.device,
-                                      k_values=args.spec_k, new_tokens=args.spec_tokens)}
+                                      k_values=args.spec_k, new_tokens=args.spec_tokens,
+                                      rounds=args.spec_rounds)}
         out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         print(format_spec(report["spec"]))
         return 0

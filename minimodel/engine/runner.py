@@ -13,7 +13,12 @@ from __future__ import annotations
 import torch
 
 from minimodel.config import Qwen3Config
-from minimodel.engine.attention import BACKENDS, AttentionMetadata, build_metadata
+from minimodel.engine.attention import (
+    BACKENDS,
+    AttentionMetadata,
+    build_metadata,
+    decode_metadata,
+)
 from minimodel.engine.config import EngineConfig
 from minimodel.engine.cuda_graph import CUDAGraphRunner
 from minimodel.engine.kernel_choice import choose_kernels
@@ -79,10 +84,10 @@ class ModelRunner:
             start = seq.num_cached_tokens
             ids += seq.token_ids[start : start + q_len]
             kv_lens.append(start + q_len)
-        metadata = build_metadata(
-            [s.page_table for s in batch.seqs], kv_lens, batch.q_lens,
-            self.kv_cache.page_size, self.device,
-        )
+        tables, S = [s.page_table for s in batch.seqs], self.kv_cache.page_size
+        metadata = (decode_metadata(tables, kv_lens, S, self.device)
+                    if all(q == 1 for q in batch.q_lens) else
+                    build_metadata(tables, kv_lens, batch.q_lens, S, self.device))
         return torch.tensor(ids, dtype=torch.int64, device=self.device), metadata
 
     @torch.inference_mode()

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from minimodel.engine.attention import TorchBackend, build_metadata
+from minimodel.engine.attention import TorchBackend, build_metadata, decode_metadata
 from minimodel.engine.kv_cache import KVCache
 from minimodel.engine.runner import ModelRunner
 from minimodel.engine.scheduler import ScheduledBatch, Scheduler
@@ -122,8 +122,10 @@ class ModelDrafter:
         """Write the K/V of ids[i] (ending at kv_lens[i]) into the pool; with `logits`, the
         draft's own logits [len(seqs), V'] of each request's last new token."""
         device = self.kv_cache.pools[0].device
-        metadata = build_metadata([s.page_table for s in seqs], kv_lens, [len(i) for i in ids],
-                                  self.page_size, device)
+        tables = [s.page_table for s in seqs]
+        metadata = (decode_metadata(tables, kv_lens, self.page_size, device)
+                    if all(len(i) == 1 for i in ids) else
+                    build_metadata(tables, kv_lens, [len(i) for i in ids], self.page_size, device))
         x = torch.tensor([t for i in ids for t in i], dtype=torch.int64, device=device)
         if self.vocab is not None:
             x = self.vocab.to_draft(x)
