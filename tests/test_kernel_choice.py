@@ -91,11 +91,12 @@ def test_each_row_count_runs_its_buckets_choice(monkeypatch):
     monkeypatch.setitem(FORMULATIONS, "spy", Formulation("spy", spy, None, "records its rows"))
     w = weight(64, 32, torch.float32)
     kernels = LinearKernels(w, {b: ("spy" if b == 4 else "linear") for b in ROW_BUCKETS})
-    for rows in (1, 2, 3, 4, 5, 8, 33, 100):
+    for rows in (1, 2, 3, 4, 5, 8, 65, 100):
         x = torch.randn(rows, 32)
         torch.testing.assert_close(kernels(x, w, None), F.linear(x, w))
-    assert calls == [3, 4], "rows 3 and 4 are bucket 4's; 5-8 bucket 8's; above 32 F.linear"
-    assert [row_bucket(r) for r in (1, 2, 3, 4, 5, 32, 33)] == [1, 2, 4, 4, 8, 32, None]
+    assert calls == [3, 4], "rows 3 and 4 are bucket 4's; 5-8 bucket 8's; above 64 F.linear"
+    assert [row_bucket(r) for r in (1, 2, 3, 4, 5, 32, 33, 64, 65)] == [1, 2, 4, 4, 8, 32, 64, 64,
+                                                                        None]
     x3 = torch.randn(2, 3, 32)  # not [rows, in]: F.linear
     torch.testing.assert_close(kernels(x3, w, None), F.linear(x3, w))
     assert calls == [3, 4]

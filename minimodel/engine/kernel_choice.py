@@ -1,10 +1,11 @@
 """Bind every linear layer and the LM head to the product measured fastest on this CPU.
 
 When an LLM starts on a CPU, each distinct (weight shape, weight kind) of its layers is timed
-once per row bucket (1, 2, 4, 8, 16, 32 rows: a decode step's requests) in every formulation
-that can run it (minimodel/kernels/matmul.py), unless this machine's table under
-$MINIMODEL_HOME already holds the choice. Each layer then keeps its choice per bucket and the
-prepacked weights the choice needs. On CUDA nothing changes: every product is F.linear.
+once per row bucket (1, 2, 4, ... 64 rows: a decode step's requests, or the rows speculative
+decoding checks) in every formulation that can run it (minimodel/kernels/matmul.py), unless this
+machine's table under $MINIMODEL_HOME already holds the choice. Each layer then keeps its choice
+per bucket and the prepacked weights the choice needs. On CUDA nothing changes: every product
+is F.linear.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class KernelChoice:
     seconds: dict[str, dict[str, float]]
 
     def describe(self) -> str:
-        """'151936x1024 float32 (lm_head): 1-4 rows mkldnn, 8-32 rows matmul_t'."""
+        """'151936x1024 float32 (lm_head): 1-4 rows mkldnn, 8-64 rows matmul_t'."""
         names = {name.split(".")[-1] for name in self.layers}
         return (f"{self.shape[0]}x{self.shape[1]} {self.kind} ({', '.join(sorted(names))}): "
                 f"{describe_choices(self.choices)}")

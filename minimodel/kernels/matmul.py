@@ -32,8 +32,10 @@ import torch.nn.functional as F
 
 from minimodel.home import minimodel_home, write_atomic
 
-ROW_BUCKETS = (1, 2, 4, 8, 16, 32)  # a decode step's rows (requests); more rows use F.linear
-TABLE_VERSION = 2  # bump when the formulations or the measurement change: old choices go
+# A decode step's rows: its requests, or with speculative decoding each request's 1 + k rows
+# (8 requests at k = 4 check 40 rows). More rows (prefill) use F.linear.
+ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+TABLE_VERSION = 3  # bump when the formulations or the measurement change: old choices go
 
 
 def row_bucket(rows: int) -> int | None:
@@ -190,7 +192,7 @@ class LinearKernels:
 
 
 def describe_choices(choices: dict[int, str]) -> str:
-    """{1: "mkldnn", 2: "mkldnn", 4: "matmul_t", ...} -> "1-2 rows mkldnn, 4-32 rows matmul_t"."""
+    """{1: "mkldnn", 2: "mkldnn", 4: "matmul_t", ...} -> "1-2 rows mkldnn, 4-64 rows matmul_t"."""
     runs: list[list] = []
     for bucket in ROW_BUCKETS:
         name = choices.get(bucket, "linear")
