@@ -35,6 +35,9 @@ from minimodel.home import minimodel_home, write_atomic
 # A decode step's rows: its requests, or with speculative decoding each request's 1 + k rows
 # (8 requests at k = 4 check 40 rows). More rows (prefill) use F.linear.
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+# A choice is measured at a first start and once more at a start at least this long after (each
+# formulation keeping its best time of both sittings): a busy moment during one costs nothing.
+SECOND_SITTING_AFTER_S = 600.0
 TABLE_VERSION = 3  # bump when the formulations or the measurement change: old choices go
 
 
@@ -224,17 +227,26 @@ class KernelTable:
     the weight's dtype, or e.g. "int8:bfloat16" for int8 weights and bfloat16 activations), in
     $MINIMODEL_HOME/kernels/<machine key>.json (the key changes with the CPU, torch's version
     and thread count, so another machine, or the same one with other threads, measures anew).
-    Delete the file to measure again."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    A timing taken while other programs hold the cores can make a slow formulation look fast.
+    So a shape is measured twice, at two starts at least SECOND_SITTING_AFTER_S apart: the
+    first sitting's choice serves until then, the second merges its times with the first's
+    (each formulation's best of both) and settles the choice. Delete the file to measure
+    again from scratch."""
+
+    def __init__(self, path: Path | None = None, clock: Callable[[], float] | None = None
+                 ) -> None:
         self.path = path or minimodel_home() / "kernels" / f"{machine_key()}.json"
+        self.clock = clock or time.time
         self.choices: dict[str, dict[str, str]] = {}
         self.seconds: dict[str, dict[str, dict[str, float]]] = {}
+        self.sittings: dict[str, list[float]] = {}  # key -> when each sitting was (clock time)
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             if data.get("version") == TABLE_VERSION:
                 self.choices = data.get("choices", {})
                 self.seconds = data.get("seconds", {})
+                self.sittings = data.get("sittings", {})
         except (OSError, ValueError, AttributeError):
             pass  # none yet, or unreadable: measure again
 
@@ -245,31 +257,44 @@ class KernelTable:
         return f"{out}x{inp}:{kind}" if kind == dtype else f"{out}x{inp}:{kind}:{dtype}"
 
     def get(self, weight: torch.Tensor) -> dict[int, str] | None:
-        found = self.choices.get(self.key(weight))
+        """The choice per bucket, or None when the shape is to be measured (now): never yet,
+        or once, long enough ago for a second sitting."""
+        key = self.key(weight)
+        found = self.choices.get(key)
         if found is None or any(str(b) not in found for b in ROW_BUCKETS):
             return None
         if any(name not in candidates(weight) for name in found.values()):
             return None  # a formulation this machine can no longer run: measure again
+        when = self.sittings.get(key, [])
+        if len(when) < 2 and (not when or self.clock() - when[0] >= SECOND_SITTING_AFTER_S):
+            return None
         return {int(b): name for b, name in found.items()}
 
     def measure(self, weight: torch.Tensor, repeats: int = 5,
                 packed: dict[str, object] | None = None) -> dict[int, str]:
         """Time every candidate at every row bucket on this weight; keep and return the
-        fastest per bucket (saved with `save`). The prepacked weights go into `packed`, when
-        given, for the layer to keep."""
+        fastest per bucket (saved with `save`). At the shape's second sitting each
+        formulation's time is the better of this one and the first's. The prepacked weights go
+        into `packed`, when given, for the layer to keep."""
         names = candidates(weight)
         packed = {} if packed is None else packed
         for n in names:
             if FORMULATIONS[n].pack and n not in packed:
                 packed[n] = FORMULATIONS[n].pack(weight)  # type: ignore[misc]
+        key = self.key(weight)
+        first = self.sittings.get(key, [])
+        second = len(first) == 1 and key in self.seconds  # this is the second sitting
+        before = self.seconds[key] if second else {}
         chosen, seconds = {}, {}
         for bucket in ROW_BUCKETS:
             times = time_formulations(weight, bucket, names, repeats, packed)
+            earlier = before.get(str(bucket), {})
+            times = {n: min(t, earlier.get(n, t)) for n, t in times.items()}  # best of both
             chosen[bucket] = min(times, key=times.__getitem__)
             seconds[str(bucket)] = times
-        key = self.key(weight)
         self.choices[key] = {str(b): n for b, n in chosen.items()}
         self.seconds[key] = seconds
+        self.sittings[key] = [first[0], self.clock()] if second else [self.clock()]
         return chosen
 
     def save(self) -> None:
@@ -281,11 +306,12 @@ class KernelTable:
             if old.get("version") == TABLE_VERSION:
                 self.choices = {**old.get("choices", {}), **self.choices}
                 self.seconds = {**old.get("seconds", {}), **self.seconds}
+                self.sittings = {**old.get("sittings", {}), **self.sittings}
         except (OSError, ValueError, AttributeError):
             pass
         data = {"version": TABLE_VERSION, "torch": torch.__version__,
                 "threads": torch.get_num_threads(), "choices": self.choices,
-                "seconds": self.seconds}
+                "seconds": self.seconds, "sittings": self.sittings}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
