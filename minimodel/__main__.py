@@ -1,4 +1,5 @@
-"""Command line: python -m minimodel {generate,chat,serve,bench,grade,exercises,info}."""
+"""Command line: python -m minimodel
+{generate,chat,serve,bench,grade,exercises,translate,info}."""
 
 from __future__ import annotations
 
@@ -285,6 +286,40 @@ def cmd_exercises(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_translate(args: argparse.Namespace) -> int:
+    from minimodel.grading.translation import build, skeleton, translation_file
+
+    root = Path(args.root)
+    if not (root / "chapters").is_dir():
+        raise FileNotFoundError(f"{root} has no chapters/ folder: --root must be the course "
+                                "folder (the one that holds chapters/ and solutions/).")
+    if args.skeleton:
+        notebook = Path(args.skeleton)
+        if not notebook.is_file() or notebook.suffix != ".ipynb":
+            raise FileNotFoundError(f"{notebook} is not a notebook: --skeleton takes an English "
+                                    "notebook, e.g. chapters/01_tokens_and_embeddings.ipynb.")
+        target = translation_file(root, notebook.resolve().relative_to(root.resolve()))
+        if target.exists():
+            raise FileExistsError(f"{target} exists already; edit it (stale blocks are listed "
+                                  "by `python -m minimodel translate --check`).")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(skeleton(notebook), encoding="utf-8")
+        print(f"wrote {target}: translate each block below its marker")
+        return 0
+    changed, reports = build(root, check_only=args.check)
+    for path in changed:
+        print(("out of date: " if args.check else "wrote ") + str(path))
+    problems = [line for r in reports for line in r.problems()]
+    for line in problems:
+        print(line)
+    if args.check and (changed or problems):
+        print("Translate the cells named, then run `python -m minimodel translate`.")
+        return 1
+    if not changed and not problems:
+        print(f"{len(reports)} Chinese notebooks are up to date with their translations")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minimodel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -351,6 +386,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default=".", help="the course folder (holds solutions/)")
     p.add_argument("--check", action="store_true", help="only report out-of-date files")
     p.set_defaults(func=cmd_exercises)
+
+    p = sub.add_parser("translate", help="build chapters/zh, solutions/zh and exercises/zh "
+                       "from the English notebooks and translations/zh/")
+    p.add_argument("--root", default=".", help="the course folder (holds chapters/)")
+    p.add_argument("--check", action="store_true",
+                   help="only report out-of-date notebooks and stale or missing translations")
+    p.add_argument("--skeleton", metavar="NOTEBOOK",
+                   help="start the translation file of an English notebook")
+    p.set_defaults(func=cmd_translate)
 
     # `bench` is dispatched in main() before parsing; listed here for --help.
     sub.add_parser("bench", help="engine vs transformers vs naive loop; see bench --help")

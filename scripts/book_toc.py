@@ -15,10 +15,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = re.compile(r"^(\d\d)_[A-Za-z0-9_]+\.ipynb$")
 
 
-def chapters(root: Path = ROOT) -> list[Path]:
-    """chapters/NN_name.ipynb that exist and are readable notebooks, in chapter order."""
+def chapters(root: Path = ROOT, folder: str = "chapters") -> list[Path]:
+    """<folder>/NN_name.ipynb that exist and are readable notebooks, in chapter order."""
     found = []
-    for path in sorted((root / "chapters").glob("*.ipynb")):
+    for path in sorted((root / folder).glob("*.ipynb")):
         if not CHAPTER.match(path.name):
             continue
         try:
@@ -45,6 +45,10 @@ def toc_yaml(root: Path = ROOT) -> str:
     if nbs:
         lines += ["  - caption: Chapters", "    chapters:"]
         lines += [f"      - file: chapters/{p.stem}" for p in nbs]
+    zh = chapters(root, "chapters/zh")  # the Chinese edition (minimodel/grading/translation.py)
+    if zh:
+        lines += ["  - caption: 中文版 · Chinese edition", "    chapters:"]
+        lines += [f"      - file: chapters/zh/{p.stem}" for p in zh]
     lines += [
         "  - caption: Reference",
         "    chapters:",

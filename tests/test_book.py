@@ -83,11 +83,14 @@ def test_toc_lists_the_chapters_present(tmp_path):
     for name in ("03_attention.ipynb", "00_tour.ipynb", "notes.ipynb"):
         (tmp_path / "chapters" / name).write_text(json.dumps({"cells": []}))
     (tmp_path / "chapters" / "05_sampling.ipynb").write_text("{ half written")
+    (tmp_path / "chapters" / "zh").mkdir()
+    (tmp_path / "chapters" / "zh" / "00_tour.ipynb").write_text(json.dumps({"cells": []}))
     toc = yaml.safe_load(book_toc.toc_yaml(tmp_path))
     assert toc["root"] == "book/intro"
     files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
     assert files == ["book/setup", "chapters/00_tour", "chapters/03_attention",
-                     "book/bard", "book/benchmarks", "book/glossary"]
+                     "chapters/zh/00_tour", "book/bard", "book/benchmarks", "book/glossary"]
+    assert [part["caption"] for part in toc["parts"]][2] == "中文版 · Chinese edition"
     # with no chapters at all the book still has its pages
     (tmp_path / "empty").mkdir()
     toc = yaml.safe_load(book_toc.toc_yaml(tmp_path / "empty"))

@@ -5,6 +5,9 @@
   the widgets render as widgets (not "Error displaying widget").
 - The built book (`make book`) is opened from disk: the index, a chapter page with its title and
   a figure, rendered math, 中文, a working glossary link, and no request leaves the machine.
+- The Chinese edition: a chapter of chapters/zh/ opened in JupyterLab and its page in the book
+  show their Chinese title, and the characters render as glyphs (a missing CJK font would draw
+  every character as the same empty box).
 
 Screenshots go to build/screenshots/. Run with `make test-browser` or `pytest -m browser`.
 Skips, saying why, when chromium (Debian's `chromium`, see `make browser-deps`), Playwright, a
@@ -329,6 +332,83 @@ def test_lab_runs_widget_chapter(browser, request):
         f"({report['widgets']} widget views, {report['controls']} controls)")
     assert report["loading"] == 0, f"{notebook.name}: widgets still 'Loading widget...'"
     _check_stayed_local(browser)
+
+
+# ---------------------------------------------------------------------------------------------
+# the Chinese edition
+
+JS_GLYPHS = """(selector) => {
+  // Draw two different characters in the element's own font: a missing CJK font draws both as
+  // the same box (and as the box of a code point no font has), real glyphs differ.
+  const el = document.querySelector(selector);
+  const family = getComputedStyle(el).fontFamily;
+  const canvas = document.createElement('canvas');
+  canvas.width = canvas.height = 64;
+  const ctx = canvas.getContext('2d');
+  const draw = (ch) => {
+    ctx.clearRect(0, 0, 64, 64);
+    ctx.font = '48px ' + family;
+    ctx.fillText(ch, 4, 52);
+    return Array.from(ctx.getImageData(0, 0, 64, 64).data).join(',');
+  };
+  const a = draw('中'), b = draw('文'), none = draw('\\u{10FFFD}');
+  return {family, inked: /[1-9]/.test(a), differ: a !== b, notBox: a !== none && b !== none};
+}"""
+
+
+def _zh_chapter() -> Path | None:
+    found = sorted((CHAPTERS / "zh").glob("[0-9][0-9]_*.ipynb"))
+    return found[0] if found else None
+
+
+def _check_glyphs(page, selector: str, what: str) -> None:
+    glyphs = page.evaluate(JS_GLYPHS, selector)
+    assert glyphs["inked"] and glyphs["differ"] and glyphs["notBox"], (
+        f"{what}: Chinese characters do not render as glyphs in {glyphs['family']!r} "
+        f"({glyphs}); install a CJK font (`make browser-deps` installs fonts-noto-cjk)")
+
+
+def test_lab_shows_a_chinese_chapter(browser, request):
+    notebook = _zh_chapter()
+    if notebook is None:
+        pytest.skip("chapters/zh/ has no chapter yet (python -m minimodel translate)")
+    lab = request.getfixturevalue("lab")
+    page = browser.new_page()
+    try:
+        rel = notebook.relative_to(ROOT).as_posix()
+        page.goto(f"{lab['base']}/lab/workspaces/zh-{notebook.stem}/tree/{rel}"
+                  f"?reset&token={lab['token']}", timeout=60_000)
+        page.wait_for_selector(".jp-NotebookPanel .jp-MarkdownOutput h1", timeout=60_000)
+        h1 = page.inner_text(".jp-NotebookPanel .jp-MarkdownOutput h1").replace("¶", "").strip()
+        assert h1 == _title(notebook), f"{rel}: title {h1!r} != {_title(notebook)!r}"
+        _check_glyphs(page, ".jp-NotebookPanel .jp-MarkdownOutput h1", rel)
+        _shot(page, f"lab_zh_{notebook.stem}")
+        _check_stayed_local(browser)
+    finally:
+        page.close()
+
+
+def test_book_chinese_chapter_page(browser, book):
+    notebook = _zh_chapter()
+    if notebook is None:
+        pytest.skip("chapters/zh/ has no chapter yet (python -m minimodel translate)")
+    html = book / "chapters" / "zh" / f"{notebook.stem}.html"
+    if not html.is_file():
+        pytest.fail(f"{html.relative_to(ROOT)} is missing: the book is older than chapters/zh "
+                    "(`make book`)")
+    page = browser.new_page()
+    try:
+        page.goto(html.as_uri())
+        page.wait_for_load_state("load")
+        h1 = page.inner_text("article h1").replace("#", "").strip()
+        assert h1 == _title(notebook), f"Chinese chapter title {h1!r} != notebook title"
+        _check_glyphs(page, "article h1", html.name)
+        _check_glyphs(page, "article p", html.name)
+        assert "中文版" in page.inner_text("nav.bd-docs-nav")
+        _shot(page, f"book_zh_{notebook.stem}")
+        _check_stayed_local(browser)
+    finally:
+        page.close()
 
 
 # ---------------------------------------------------------------------------------------------

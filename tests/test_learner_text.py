@@ -52,7 +52,8 @@ def _notebook_texts(path: Path) -> list[tuple[str, str]]:
 def learner_files() -> list[Path]:
     files = sorted(ROOT.glob("chapters/*.ipynb")) + sorted(ROOT.glob("exercises/*.ipynb"))
     files += sorted(ROOT.glob("solutions/*.ipynb")) + sorted(ROOT.glob("book/*.md"))
-    files += sorted(ROOT.glob("docs/*.md")) + [ROOT / "README.md"]
+    files += sorted(ROOT.glob("docs/*.md")) + [ROOT / "README.md", ROOT / "README.zh.md"]
+    files += sorted(ROOT.glob("translations/*/*/*.md"))
     files += sorted(ROOT.glob("minimodel/grading/*.py"))
     return files
 
