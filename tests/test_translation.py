@@ -212,3 +212,16 @@ def test_the_command_checks_builds_and_starts_files(tmp_path, capsys):
     assert "up to date" in capsys.readouterr().out
     assert cli(["translate", "--root", str(tmp_path)]) == 2
     assert "no chapters/ folder" in capsys.readouterr().err
+
+
+def test_grading_a_folder_leaves_its_chinese_subfolder_to_itself(tmp_path, monkeypatch):
+    from minimodel.grading import notebooks
+
+    graded = []
+    monkeypatch.setattr(notebooks, "grade_notebook", lambda p: graded.append(p.name) or [])
+    for path in ("ch01_a.ipynb", "ch02_b.ipynb", f"{LANG}/ch01_a.ipynb"):
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text("{}")
+    assert list(notebooks.grade(tmp_path)) == [str(tmp_path / "ch01_a.ipynb"),
+                                               str(tmp_path / "ch02_b.ipynb")]
+    assert list(notebooks.grade(tmp_path / LANG)) == [str(tmp_path / LANG / "ch01_a.ipynb")]

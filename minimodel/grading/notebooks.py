@@ -100,9 +100,10 @@ def grade_notebook(path: Path, timeout: int = 600) -> list[dict]:
 
 
 def grade(path: Path) -> dict[str, list[dict]]:
-    """Grade one notebook or every notebook in a folder: {notebook path: [exercise results]}."""
+    """Grade one notebook or every notebook in a folder (not its subfolders: exercises/zh/ is
+    graded on its own): {notebook path: [exercise results]}."""
     path = Path(path)
-    notebooks = sorted(path.rglob("*.ipynb")) if path.is_dir() else [path]
+    notebooks = sorted(path.glob("*.ipynb")) if path.is_dir() else [path]
     notebooks = [p for p in notebooks if ".ipynb_checkpoints" not in p.parts]
     if not notebooks:
         raise FileNotFoundError(f"No notebooks found at {path}")
