@@ -406,6 +406,14 @@ def test_book_chinese_chapter_page(browser, book):
         _check_glyphs(page, "article p", html.name)
         assert "中文版" in page.inner_text("nav.bd-docs-nav")
         _shot(page, f"book_zh_{notebook.stem}")
+        # the language switch under the title goes to the English chapter, and back
+        page.locator("article a.language-switch", has_text="English").click()
+        page.wait_for_load_state("load")
+        english = CHAPTERS / notebook.name
+        assert page.inner_text("article h1").replace("#", "").strip() == _title(english)
+        page.locator("article a.language-switch", has_text="中文").click()
+        page.wait_for_load_state("load")
+        assert page.url.endswith(f"chapters/zh/{notebook.stem}.html")
         _check_stayed_local(browser)
     finally:
         page.close()

@@ -10,6 +10,8 @@
 - Adds the roles ``{ch}`07` `` and ``{chn}`07` ``: a link to the chapter notebook
   `chapters/07_*.ipynb`, titled with that chapter's own title (``chn``: "ch. 07", the title on
   hover), or plain text when that chapter is not written yet.
+- Puts a language switch under the title of every chapter that exists in both languages: "中文"
+  on `chapters/07_*` to `chapters/zh/07_*`, "English" on the way back.
 """
 
 from __future__ import annotations
@@ -126,6 +128,32 @@ def resolve_chapter_refs(app: Sphinx, doctree: nodes.document, fromdocname: str)
         node.replace_self(ref)
 
 
+ZH_DIR = f"{CHAPTER_DIR}/zh"
+
+
+def other_language(docname: str, found: set[str]) -> tuple[str, str] | None:
+    """(the same chapter's page in the other language, the switch's label), if it exists."""
+    if docname.startswith(f"{ZH_DIR}/"):
+        other, label = f"{CHAPTER_DIR}/{docname.removeprefix(f'{ZH_DIR}/')}", "English"
+    elif docname.startswith(f"{CHAPTER_DIR}/") and docname.count("/") == 1:
+        other, label = f"{ZH_DIR}/{docname.removeprefix(f'{CHAPTER_DIR}/')}", "中文"
+    else:
+        return None
+    return (other, label) if other in found else None
+
+
+def add_language_switch(app: Sphinx, pagename: str, templatename: str, context: dict,
+                        doctree: nodes.document | None) -> None:
+    """A link to the chapter in the other language, under the page's title."""
+    found = other_language(pagename, app.env.found_docs)
+    if found is None or "body" not in context:
+        return
+    other, label = found
+    href = app.builder.get_relative_uri(pagename, other)
+    switch = f'<p class="language-switch"><a class="language-switch" href="{href}">{label}</a></p>'
+    context["body"] = re.sub(r"(</h1>)", lambda m: m.group(1) + switch, context["body"], count=1)
+
+
 def visit_chapter_ref(self, node):  # only reached by builders that skip doctree-resolved
     self.body.append(node.astext())
     raise nodes.SkipNode
@@ -140,5 +168,6 @@ def setup(app: Sphinx) -> dict:
     app.connect("env-get-outdated", benchmarks_outdated)
     app.connect("doctree-read", register_explicit_ids)
     app.connect("doctree-resolved", resolve_chapter_refs)
+    app.connect("html-page-context", add_language_switch)
     app.connect("build-finished", copy_mathjax)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
