@@ -261,7 +261,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
     else:
-        print(score_table(report))
+        from minimodel.grading.i18n import language
+
+        graded = Path(args.path).resolve()
+        print(score_table(report, language(graded if graded.is_dir() else graded.parent)))
     return 0
 
 

@@ -25,6 +25,28 @@ def cpu_unless_marked_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
     yield
 
 
+@pytest.fixture(autouse=True)
+def check_messages_in_both_languages(request: pytest.FixtureRequest):
+    """In the mutant tests, every check result a test produces (right and wrong code alike) must
+    say every title, message and note in Chinese too: each is a `Text` from `tr(...)` whose
+    templates all have an entry in the chapter's table (minimodel/grading/zh/)."""
+    if not request.module.__name__.startswith("test_mutants_"):
+        yield
+        return
+    from minimodel.grading import results_log
+    from minimodel.grading.i18n import Text
+
+    before = len(results_log())
+    yield
+    for result in results_log()[before:]:
+        for text in [*result.notes, *(t for o in result.outcomes for t in (o.title, o.message))]:
+            if text == "":
+                continue
+            assert isinstance(text, Text) and not text.missing, (
+                f"{result.name}: {text!r} has no Chinese: write it as tr(template, ...) and add "
+                "the template to the chapter's table in minimodel/grading/zh/")
+
+
 @pytest.fixture(scope="session")
 def small_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """Factory: small_checkpoint(seed=0, num_key_value_heads=1, ...) -> a checkpoint folder."""

@@ -154,6 +154,15 @@ def test_admit_mutants(name):
     assert not check("ch08.admit", ADMIT_MUTANTS[name]).passed
 
 
+def test_admit_naming_more_requests_than_wait_gets_a_hint_not_a_crash():
+    def one_too_many(waiting, *rest):
+        return admit_solution(waiting, *rest) + [1] * (len(waiting) + 1)
+
+    text = str(check("ch08.admit", one_too_many))
+    assert "waiting requests: one q_len per admitted request" in text
+    assert "IndexError" not in text
+
+
 def test_admit_solution_is_the_engine():
     g = torch.Generator().manual_seed(1)
     for _ in range(300):

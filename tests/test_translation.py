@@ -4,6 +4,7 @@ is left in English, and the builder says so when one is."""
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from minimodel.__main__ import main as cli
 from minimodel.grading.translation import (
     LANG,
+    Report,
     broken_emphasis,
     build,
     fingerprint,
@@ -20,6 +22,8 @@ from minimodel.grading.translation import (
     join_wrapped_lines,
     read_translations,
     skeleton,
+    speak_chinese,
+    translate_notebook,
     translation_file,
 )
 
@@ -58,7 +62,15 @@ def test_a_chinese_notebook_differs_from_the_english_one_in_its_markdown_only(zh
             assert has_chinese(_source(a)), f"cell {a['id']} is still in English"
             continue
         assert _source(a) == _source(b), f"cell {a['id']}: code differs"
-        assert a.get("outputs") == b.get("outputs"), f"cell {a['id']}: stored outputs differ"
+        english = copy.deepcopy(b.get("outputs"))
+        for output in english or []:
+            speak_chinese(output)  # a check result shows its Chinese rendering, stored with it
+        assert a.get("outputs") == english, f"cell {a['id']}: stored outputs differ"
+        for output in a.get("outputs", []):
+            shown = "".join(output.get("data", {}).get("text/plain", []))
+            assert "checks passed" not in shown and "checks failed" not in shown, (
+                f"cell {a['id']}: a check result in English: run the English notebook again "
+                "(scripts/execute_notebook.py) so its output keeps the Chinese too")
         assert a.get("execution_count") == b.get("execution_count")
 
 
@@ -225,3 +237,27 @@ def test_grading_a_folder_leaves_its_chinese_subfolder_to_itself(tmp_path, monke
     assert list(notebooks.grade(tmp_path)) == [str(tmp_path / "ch01_a.ipynb"),
                                                str(tmp_path / "ch02_b.ipynb")]
     assert list(notebooks.grade(tmp_path / LANG)) == [str(tmp_path / LANG / "ch01_a.ipynb")]
+
+
+def test_a_check_result_shows_its_chinese_in_the_chinese_notebook(monkeypatch):
+    """A stored check result keeps both renderings in its metadata; the builder shows the
+    Chinese one and leaves every other output alone."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from minimodel.grading.core import CheckResult, Outcome
+    from minimodel.grading.i18n import tr
+
+    monkeypatch.setenv("MINIMODEL_LANG", "en")
+    result = CheckResult("ch05.top_k_filter", [Outcome(tr("not implemented yet"), "todo")])
+    data, metadata = InteractiveShell.instance().display_formatter.format(result)
+    assert "not implemented yet" in data["text/plain"]
+    check_output = {"output_type": "execute_result", "execution_count": 1, "metadata": metadata,
+                    "data": {k: v.splitlines(keepends=True) for k, v in data.items()}}
+    other = {"output_type": "stream", "name": "stdout", "text": ["not implemented yet\n"]}
+    nb = {"cells": [{"cell_type": "code", "id": "c", "metadata": {}, "execution_count": 1,
+                     "source": "check(...)", "outputs": [check_output, other]}]}
+    out = translate_notebook(nb, {}, Report("x"))
+    shown = out["cells"][0]["outputs"]
+    assert "".join(shown[0]["data"]["text/plain"]) == "ch05.top_k_filter：尚未实现\n  … 尚未实现"
+    assert "尚未实现" in "".join(shown[0]["data"]["text/html"])
+    assert shown[1] == other and nb["cells"][0]["outputs"][0] == check_output

@@ -13,6 +13,7 @@ import torch
 
 from minimodel.grading.common import clip, first_difference
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
+from minimodel.grading.i18n import Text, tr
 from minimodel.packing import pack as reference_pack
 
 QWEN3_V = 151936  # rows of Qwen3's embedding table
@@ -35,19 +36,19 @@ def _embed_inputs(
     return ids, table
 
 
-def _embed_hint(out: torch.Tensor, ids: torch.Tensor, table: torch.Tensor) -> str:
+def _embed_hint(out: torch.Tensor, ids: torch.Tensor, table: torch.Tensor) -> Text | str:
     """Say which classic mistake `out` looks like, or "" when none fits."""
     want = table[ids].float()
     C = table.shape[1]
-    guesses = {
-        "looks like every vector is multiplied by sqrt(C): Qwen3 does not scale its embeddings":
-            want * C**0.5,
-        "looks shifted by one row: id i must read row i (ids start at 0)":
-            table[(ids - 1) % table.shape[0]].float(),
-    }
-    for hint, guess in guesses.items():
+    guesses = [
+        (tr("; it looks like every vector is multiplied by sqrt(C): Qwen3 does not scale its "
+            "embeddings"), want * C**0.5),
+        (tr("; it looks shifted by one row: id i must read row i (ids start at 0)"),
+         table[(ids - 1) % table.shape[0]].float()),
+    ]
+    for hint, guess in guesses:
         if out.shape == guess.shape and torch.allclose(out.float(), guess, atol=1e-2, rtol=1e-2):
-            return "; it " + hint
+            return hint
     return ""
 
 
@@ -65,9 +66,10 @@ def _embed_runs(fn: Callable) -> Iterator[tuple[torch.Tensor, torch.Tensor, torc
 @exercise("ch01.embed", "returns [B, T, C] in the table's dtype, for several sizes and dtypes")
 def _embed_shape(fn: Callable) -> str:
     for _, table, out in _embed_runs(fn):
-        expect(out.dtype == table.dtype, f"with a {table.dtype} table the embeddings should be "
-                                         f"{table.dtype}, got {out.dtype}")
-    return f"{len(EMBED_CASES) * len(EMBED_DTYPES)} cases"
+        expect(out.dtype == table.dtype,
+               tr("with a {dtype} table the embeddings should be {dtype}, got {got}",
+                  dtype=table.dtype, got=out.dtype))
+    return tr("{n} cases", n=len(EMBED_CASES) * len(EMBED_DTYPES))
 
 
 @exercise("ch01.embed", "out[b, t] is row ids[b, t] of the table, exactly")
@@ -78,12 +80,12 @@ def _embed_values(fn: Callable) -> str:
         if bad.any():
             b, t = (int(i) for i in bad.nonzero()[0])
             (B, T), (V, C) = ids.shape, table.shape
-            raise CheckFailed(
-                f"with ids [{B}, {T}] and a [{V}, {C}] {table.dtype} table, out[{b}, {t}] should "
-                f"be row {int(ids[b, t])} of the table, but it is not"
-                + _embed_hint(out, ids, table)
-            )
-    return "checked every position, ids 0 and V-1 included"
+            raise CheckFailed(tr(
+                "with ids [{B}, {T}] and a [{V}, {C}] {dtype} table, out[{b}, {t}] should be row "
+                "{row} of the table, but it is not{hint}",
+                B=B, T=T, V=V, C=C, dtype=table.dtype, b=b, t=t, row=int(ids[b, t]),
+                hint=_embed_hint(out, ids, table)))
+    return tr("checked every position, ids 0 and V-1 included")
 
 
 @exercise("ch01.embed", "leaves ids and the table unchanged")
@@ -91,8 +93,8 @@ def _embed_pure(fn: Callable) -> None:
     ids, table = _embed_inputs(2, 5, 64, 8, torch.float32)
     ids0, table0 = ids.clone(), table.clone()
     fn(ids, table)
-    expect(torch.equal(ids, ids0), "embed changed the ids tensor it was given")
-    expect(torch.equal(table, table0), "embed changed the embedding table it was given")
+    expect(torch.equal(ids, ids0), tr("embed changed the ids tensor it was given"))
+    expect(torch.equal(table, table0), tr("embed changed the embedding table it was given"))
 
 
 # --- ch01.pack -----------------------------------------------------------------------------
@@ -112,21 +114,26 @@ def _ragged_batches() -> list[list[list[int]]]:
     return batches
 
 
-def _pack_of(seqs: list[list[int]]) -> str:
+def _pack_of(seqs: list[list[int]]) -> Text:
     """How a call of pack on `seqs` is named in a message."""
-    return f"pack of {len(seqs)} sequence{'s' if len(seqs) != 1 else ''}"
+    n = len(seqs)
+    return tr("pack of {n} sequence", n=n) if n == 1 else tr("pack of {n} sequences", n=n)
 
 
-def _unpack_result(out: object, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _unpack_result(out: object, what: Text) -> tuple[torch.Tensor, torch.Tensor]:
     """pack's result, checked to be a tuple (ids, indptr) of 1-D Long tensors."""
     expect(isinstance(out, (tuple, list)) and len(out) == 2,
-           f"{what} should return a tuple (ids, indptr), got {type(out).__name__}")
+           tr("{what} should return a tuple (ids, indptr), got {got}", what=what,
+              got=type(out).__name__))
     ids, indptr = out  # type: ignore[misc]
     for name, t in (("ids", ids), ("indptr", indptr)):
         expect(isinstance(t, torch.Tensor),
-               f"{what}: {name} should be a torch.Tensor, got {type(t).__name__}")
-        expect(t.dtype == torch.long, f"{what}: {name} should be torch.long, got {t.dtype}")
-        expect(t.dim() == 1, f"{what}: {name} should be 1-D, got shape {tuple(t.shape)}")
+               tr("{what}: {name} should be a torch.Tensor, got {got}", what=what, name=name,
+                  got=type(t).__name__))
+        expect(t.dtype == torch.long, tr("{what}: {name} should be torch.long, got {got}",
+                                         what=what, name=name, got=t.dtype))
+        expect(t.dim() == 1, tr("{what}: {name} should be 1-D, got shape {shape}", what=what,
+                                name=name, shape=tuple(t.shape)))
     return ids, indptr
 
 
@@ -137,10 +144,10 @@ def _pack_types(fn: Callable) -> str:
         lens = [len(s) for s in seqs]
         ids, indptr = _unpack_result(fn(seqs), _pack_of(seqs))
         N, B = sum(lens), len(seqs)
-        expect_shape(ids, (N,), f"ids for sequences of lengths {lens}")
+        expect_shape(ids, (N,), tr("ids for sequences of lengths {lens}", lens=lens))
         expect_shape(indptr, (B + 1,),
-                     f"indptr for {B} sequences (one start per sequence plus the end)")
-    return f"{len(batches)} batches"
+                     tr("indptr for {B} sequences (one start per sequence plus the end)", B=B))
+    return tr("{n} batches", n=len(batches))
 
 
 @exercise("ch01.pack", "indptr starts at 0, grows by each length and ends at N")
@@ -150,8 +157,8 @@ def _pack_indptr(fn: Callable) -> None:
         _, indptr = _unpack_result(fn(seqs), _pack_of(seqs))
         want = reference_pack(seqs)[1]
         expect(indptr.tolist() == want.tolist(),
-               f"for lengths {lens}, indptr should be {want.tolist()} (0, then running sums of "
-               f"the lengths), got {indptr.tolist()}")
+               tr("for lengths {lens}, indptr should be {want} (0, then running sums of the "
+                  "lengths), got {got}", lens=lens, want=want.tolist(), got=indptr.tolist()))
 
 
 @exercise("ch01.pack", "ids[indptr[i]:indptr[i+1]] is sequence i, in the original order")
@@ -161,16 +168,15 @@ def _pack_ids(fn: Callable) -> None:
         want, got = reference_pack(seqs)[0].tolist(), ids.tolist()
         lens = [len(s) for s in seqs]
         expect(len(got) == len(want),
-               f"for lengths {lens}, ids should hold the {len(want)} real tokens and nothing "
-               f"else (no padding), got {len(got)} ids")
+               tr("for lengths {lens}, ids should hold the {want} real tokens and nothing else "
+                  "(no padding), got {got} ids", lens=lens, want=len(want), got=len(got)))
         if got != want:
             k = first_difference(got, want)
             i = next(i for i in range(len(seqs)) if k < sum(lens[: i + 1]))
-            raise CheckFailed(
-                f"for lengths {lens}, ids[{k}] should be token {k - sum(lens[:i])} of sequence "
-                f"{i} ({want[k]}), got {got[k]}: ids holds the sequences one after the other, "
-                "in their original order"
-            )
+            raise CheckFailed(tr(
+                "for lengths {lens}, ids[{k}] should be token {j} of sequence {i} ({want}), got "
+                "{got}: ids holds the sequences one after the other, in their original order",
+                lens=lens, k=k, j=k - sum(lens[:i]), i=i, want=want[k], got=got[k]))
 
 
 @exercise("ch01.pack", "leaves the input lists unchanged")
@@ -178,7 +184,8 @@ def _pack_pure(fn: Callable) -> None:
     seqs = [[1, 2, 3], [4], [5, 6]]
     before = copy.deepcopy(seqs)
     fn(seqs)
-    expect(seqs == before, f"pack changed its input: {before} became {seqs}")
+    expect(seqs == before, tr("pack changed its input: {before} became {after}", before=before,
+                              after=seqs))
 
 
 # --- ch01.packed_positions -----------------------------------------------------------------
@@ -202,8 +209,9 @@ def _pos_shape(fn: Callable) -> None:
     for lens in _indptr_cases():
         indptr = torch.tensor([0, *lens]).cumsum(0)  # [B+1]
         out = fn(indptr)
-        expect_shape(out, (sum(lens),), f"positions for lengths {lens}")
-        expect(out.dtype == torch.long, f"positions should be torch.long, got {out.dtype}")
+        expect_shape(out, (sum(lens),), tr("positions for lengths {lens}", lens=lens))
+        expect(out.dtype == torch.long,
+               tr("positions should be torch.long, got {got}", got=out.dtype))
 
 
 @exercise("ch01.packed_positions", "every sequence counts its own positions from 0")
@@ -211,24 +219,25 @@ def _pos_values(fn: Callable) -> None:
     for lens in _indptr_cases():
         indptr = torch.tensor([0, *lens]).cumsum(0)
         out = fn(indptr)
-        expect_shape(out, (sum(lens),), f"positions for lengths {lens}")
+        expect_shape(out, (sum(lens),), tr("positions for lengths {lens}", lens=lens))
         want = _positions_of(lens)
         got = out.tolist()
         if got != want:
-            hint = ""
+            hint: Text | str = ""
             if got == list(range(sum(lens))):
-                hint = ": the positions keep counting across sequences; each restarts at 0"
+                hint = tr(": the positions keep counting across sequences; each restarts at 0")
             elif got == [p + 1 for p in want]:
-                hint = ": they start at 1; the first token of a sequence is at position 0"
-            raise CheckFailed(
-                f"for lengths {lens} (indptr {indptr.tolist()}) the positions should be "
-                f"{clip(want, 16)}, got {clip(got, 16)}{hint}"
-            )
+                hint = tr(": they start at 1; the first token of a sequence is at position 0")
+            raise CheckFailed(tr(
+                "for lengths {lens} (indptr {indptr}) the positions should be {want}, got "
+                "{got}{hint}", lens=lens, indptr=indptr.tolist(), want=clip(want, 16),
+                got=clip(got, 16), hint=hint))
 
 
 @exercise("ch01.packed_positions", "leaves indptr unchanged")
 def _pos_pure(fn: Callable) -> None:
     indptr = torch.tensor([0, 3, 4, 9])
     fn(indptr)
-    expect(indptr.tolist() == [0, 3, 4, 9], "packed_positions changed the indptr it was given")
+    expect(indptr.tolist() == [0, 3, 4, 9],
+           tr("packed_positions changed the indptr it was given"))
 

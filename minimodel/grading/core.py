@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from minimodel.grading.i18n import Text, language, tr, tr_title
+
 CheckFn = Callable[[Callable], "str | None"]
 
 _REGISTRY: dict[str, list[tuple[str, CheckFn]]] = {}
@@ -91,35 +93,59 @@ class CheckResult:
         """(checks passed, checks in all)."""
         return sum(o.passed for o in self.outcomes), len(self.outcomes)
 
-    def summary(self) -> str:
+    def summary(self, lang: str | None = None) -> str:
+        """One line: the exercise and its score, in `lang` (default: the current language)."""
         if not self.implemented:
-            return f"{self.name}: not implemented yet"
-        done, total = self.score
-        verdict = "all checks passed" if self.passed else "some checks failed"
-        return f"{self.name}: {done}/{total} {verdict}"
+            text = tr("{name}: not implemented yet", name=self.name)
+        else:
+            done, total = self.score
+            text = (tr("{name}: {done}/{total} all checks passed", name=self.name, done=done,
+                       total=total) if self.passed else
+                    tr("{name}: {done}/{total} some checks failed", name=self.name, done=done,
+                       total=total))
+        return text.in_language(lang) if lang else str(text)
+
+    def text(self, lang: str | None = None) -> str:
+        """The result as plain text, in `lang` (default: the current language)."""
+        lang = lang or language()
+        lines = [self.summary(lang)] + [f"  ! {_in(n, lang)}" for n in self.notes]
+        for o in self.outcomes:
+            lines.append(f"  {o.mark} {_in(o.title, lang)}"
+                         + (f" — {_in(o.message, lang)}" if o.message else ""))
+        return "\n".join(lines)
 
     def __str__(self) -> str:
-        lines = [self.summary()] + [f"  ! {n}" for n in self.notes]
-        for o in self.outcomes:
-            lines.append(f"  {o.mark} {o.title}" + (f" — {o.message}" if o.message else ""))
-        return "\n".join(lines)
+        return self.text()
 
     __repr__ = __str__
 
-    def _repr_html_(self) -> str:
+    def html(self, lang: str | None = None) -> str:
+        """The result as HTML, in `lang` (default: the current language)."""
+        lang = lang or language()
         color = "#1a7f37" if self.passed else ("#9a6700" if not self.implemented else "#cf222e")
         rows = "".join(
-            f"<li><b>{o.mark}</b> {html.escape(o.title)}"
-            + (f" — <span>{html.escape(o.message)}</span>" if o.message else "")
+            f"<li><b>{o.mark}</b> {html.escape(_in(o.title, lang))}"
+            + (f" — <span>{html.escape(_in(o.message, lang))}</span>" if o.message else "")
             + "</li>"
             for o in self.outcomes
         )
-        notes = "".join(f"<div style='color:#9a6700'>! {html.escape(n)}</div>"
+        notes = "".join(f"<div style='color:#9a6700'>! {html.escape(_in(n, lang))}</div>"
                         for n in self.notes)
         return (
-            f"<div><b style='color:{color}'>{html.escape(self.summary())}</b>{notes}"
+            f"<div><b style='color:{color}'>{html.escape(self.summary(lang))}</b>{notes}"
             f"<ul style='margin:0'>{rows}</ul></div>"
         )
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        """Text and HTML in the current language; the output's metadata keeps both languages'
+        renderings, from which the Chinese edition's notebooks take theirs."""
+        data = {"text/plain": self.text(), "text/html": self.html()}
+        both = {lang: {"text/plain": self.text(lang), "text/html": self.html(lang)}
+                for lang in ("en", "zh")}
+        return data, {"minimodel": {"check": both}}
 
     def to_dict(self) -> dict:
         done, total = self.score
@@ -153,7 +179,8 @@ def check(name: str, fn: Callable) -> CheckResult:
     _load_chapter_checks()
     if name not in _REGISTRY:
         known = ", ".join(sorted(_REGISTRY))
-        raise KeyError(f"No exercise named {name!r}. Known exercises: {known}")
+        raise KeyError(str(tr("No exercise named {name!r}. Known exercises: {known}", name=name,
+                              known=known)))
     from minimodel.grading import learner
 
     result = CheckResult(name, notes=learner.changed_since_loaded(fn))
@@ -161,23 +188,40 @@ def check(name: str, fn: Callable) -> CheckResult:
         learner.record_checked(name, fn)
     for title, run in _REGISTRY[name]:
         torch.manual_seed(0)  # every check draws the same random cases on every run
+        shown = tr_title(title)
         try:
             note = run(fn)
-            result.outcomes.append(Outcome(title, "pass", note or ""))
+            result.outcomes.append(Outcome(shown, "pass", note or ""))
         except NotImplementedError:
-            result.outcomes.append(Outcome(title, "todo", "not implemented yet"))
+            result.outcomes.append(Outcome(shown, "todo", tr("not implemented yet")))
         except CheckFailed as e:
-            result.outcomes.append(Outcome(title, "fail", str(e)))
+            result.outcomes.append(Outcome(shown, "fail", _message(e)))
         except Exception as e:  # the learner's code crashed: say where, briefly
             frame = traceback.extract_tb(e.__traceback__)[-1]
-            where = f" (line {frame.lineno} of {frame.name})" if frame else ""
+            where = (tr(" (line {line} of {function})", line=frame.lineno, function=frame.name)
+                     if frame else "")
             hint = learner.explain(e)
-            message = f"raised {type(e).__name__}: {e}{where}" + (f". {hint}" if hint else "")
-            result.outcomes.append(Outcome(title, "error", message))
+            message = tr("raised {error}: {text}{where}", error=type(e).__name__, text=str(e),
+                         where=where)
+            if hint:
+                message = tr("{message}. {hint}", message=message, hint=hint)
+            result.outcomes.append(Outcome(shown, "error", message))
     _LOG.append(result)
     if not _in_notebook():
         print(result)
     return result
+
+
+def _in(s: str, lang: str) -> str:
+    return s.in_language(lang) if isinstance(s, Text) else s
+
+
+def _message(e: CheckFailed) -> str:
+    """A CheckFailed's message, keeping both languages when it was made by `tr`."""
+    if len(e.args) == 1 and isinstance(e.args[0], Text):
+        return e.args[0]
+    text = str(e)
+    return Text(text, text, missing=True) if text else ""  # not written with tr: no Chinese
 
 
 # --- helpers for writing checks ------------------------------------------------------------
@@ -192,9 +236,11 @@ def expect(condition: bool, message: str) -> None:
 def expect_shape(t: object, shape: tuple[int, ...], what: str) -> None:
     """`t` must be a tensor of exactly `shape`."""
     if not isinstance(t, torch.Tensor):
-        raise CheckFailed(f"{what} should be a torch.Tensor, got {type(t).__name__}")
+        raise CheckFailed(tr("{what} should be a torch.Tensor, got {got}", what=what,
+                             got=type(t).__name__))
     if tuple(t.shape) != tuple(shape):
-        raise CheckFailed(f"{what} should have shape {tuple(shape)}, got {tuple(t.shape)}")
+        raise CheckFailed(tr("{what} should have shape {want}, got {got}", what=what,
+                             want=tuple(shape), got=tuple(t.shape)))
 
 
 def expect_close(
@@ -204,10 +250,12 @@ def expect_close(
     expect_shape(actual, tuple(expected.shape), what)
     assert isinstance(actual, torch.Tensor)
     if actual.dtype.is_floating_point != expected.dtype.is_floating_point:
-        raise CheckFailed(f"{what} should have dtype {expected.dtype}, got {actual.dtype}")
+        raise CheckFailed(tr("{what} should have dtype {want}, got {got}", what=what,
+                             want=expected.dtype, got=actual.dtype))
     if not torch.allclose(actual.to(expected.dtype), expected, atol=atol, rtol=rtol,
                           equal_nan=True):
         diff = (actual.to(expected.dtype) - expected).abs()
         diff = diff[~diff.isnan()] if diff.isnan().any() else diff
         worst = float(diff.max()) if diff.numel() else float("nan")
-        raise CheckFailed(f"{what} is off from the expected values: max abs diff {worst:.3g}")
+        raise CheckFailed(tr("{what} is off from the expected values: max abs diff {worst:.3g}",
+                             what=what, worst=worst))

@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from minimodel.grading.i18n import join, tr
 from minimodel.home import minimodel_home
 
 PREFIX = "learner_"
@@ -56,17 +57,18 @@ def find_notebook(name: str | Path, folder: str | Path | None = None) -> Path:
     if path.suffix == ".ipynb":
         if path.is_file():
             return path
-        raise FileNotFoundError(f"{path} does not exist.")
+        raise FileNotFoundError(str(tr("{path} does not exist.", path=path)))
     base = Path(folder) if folder is not None else Path.cwd()
     hits = sorted(p for p in base.glob(f"{name}*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     if not hits:
-        raise FileNotFoundError(
-            f"No notebook {name}*.ipynb in {base.resolve()}. Keep your exercise notebooks "
-            "together in one folder (as in exercises/) and run this notebook from there."
-        )
+        raise FileNotFoundError(str(tr(
+            "No notebook {name}*.ipynb in {folder}. Keep your exercise notebooks together in one "
+            "folder (as in exercises/) and run this notebook from there.",
+            name=name, folder=base.resolve())))
     if len(hits) > 1:
         names = ", ".join(p.name for p in hits)
-        raise FileNotFoundError(f"More than one notebook matches {name!r} in {base}: {names}.")
+        raise FileNotFoundError(str(tr("More than one notebook matches {name!r} in {folder}: "
+                                       "{names}.", name=name, folder=base, names=names)))
     return hits[0]
 
 
@@ -130,12 +132,13 @@ class Skipped:
     line: str
 
     def why(self, notebook: str) -> str:
-        return (f"{self.name} is set in code cell {self.cell} of {notebook} by `{self.line}`, "
-                "which learner_module does not run: it loads only imports, def, class and "
-                "constants written as literals (a call or an expression of other names is "
-                "computed only when the cell runs). Move the value into the function that uses "
-                "it, or write it as a literal (e.g. -1e30, 1e-6, (1, 2, 4)), save the notebook "
-                "and run this cell again.")
+        return tr("{name} is set in code cell {cell} of {notebook} by `{line}`, which "
+                  "learner_module does not run: it loads only imports, def, class and constants "
+                  "written as literals (a call or an expression of other names is computed only "
+                  "when the cell runs). Move the value into the function that uses it, or write "
+                  "it as a literal (e.g. -1e30, 1e-6, (1, 2, 4)), save the notebook and run this "
+                  "cell again.", name=self.name, cell=self.cell, notebook=notebook,
+                  line=self.line)
 
 
 def _cell_source(cell: dict) -> str:
@@ -160,7 +163,9 @@ def _definitions(notebook: Path) -> tuple[str, dict[str, Skipped], list[ast.stmt
         try:
             tree = ast.parse(_cell_source(cell))
         except SyntaxError as e:
-            raise SyntaxError(f"{notebook.name}, code cell {i}: {e.msg} (line {e.lineno})") from e
+            raise SyntaxError(str(tr("{notebook}, code cell {cell}: {error} (line {line})",
+                                     notebook=notebook.name, cell=i, error=e.msg,
+                                     line=e.lineno))) from e
         kept = []
         for node in tree.body:
             if _keep(node):
@@ -225,10 +230,11 @@ def staleness(path: Path, kept: list[ast.stmt] | None = None) -> list[str]:
     checkpoint = path.parent / ".ipynb_checkpoints" / f"{path.stem}-checkpoint.ipynb"
     try:
         if checkpoint.stat().st_mtime > saved + 1 and checkpoint.read_bytes() != path.read_bytes():
-            found.append(
-                f"JupyterLab's checkpoint of {path.name} ({_clock(checkpoint.stat().st_mtime)}) "
-                f"is newer than the file itself ({_clock(saved)}): the file may not hold your "
-                "last version. Open it, save it (Ctrl-S) and run this cell again.")
+            found.append(tr(
+                "JupyterLab's checkpoint of {notebook} ({checkpoint}) is newer than the file "
+                "itself ({saved}): the file may not hold your last version. Open it, save it "
+                "(Ctrl-S) and run this cell again.", notebook=path.name,
+                checkpoint=_clock(checkpoint.stat().st_mtime), saved=_clock(saved)))
     except OSError:
         pass
     if kept is None:
@@ -241,10 +247,11 @@ def staleness(path: Path, kept: list[ast.stmt] | None = None) -> list[str]:
     for name, seen in sorted(record.items()):
         if (isinstance(seen, dict) and name in defs and seen.get("time", 0) > saved + 1
                 and seen.get("fingerprint") != _fingerprint(defs[name])):
-            found.append(
-                f"{path.name}'s kernel checked a different `{name}` at {_clock(seen['time'])}, "
-                f"after the file was last saved ({_clock(saved)}): you have unsaved edits. "
-                f"Save {path.name} (Ctrl-S in its tab) and run this cell again.")
+            found.append(tr(
+                "{notebook}'s kernel checked a different `{name}` at {checked}, after the file "
+                "was last saved ({saved}): you have unsaved edits. Save {notebook} (Ctrl-S in "
+                "its tab) and run this cell again.", notebook=path.name, name=name,
+                checked=_clock(seen["time"]), saved=_clock(saved)))
     return found
 
 
@@ -302,13 +309,14 @@ def explain(err: BaseException) -> str:
             if name in mod.__learner_skipped__:
                 hints.append(mod.__learner_skipped__[name].why(nb))
             elif name not in mod.__dict__:
-                hints.append(f"{name} is not defined anywhere in the saved {nb}: if you "
-                             "defined it in that notebook's kernel, save the notebook (Ctrl-S) "
-                             "and run this cell again.")
+                hints.append(tr("{name} is not defined anywhere in the saved {notebook}: if you "
+                                "defined it in that notebook's kernel, save the notebook "
+                                "(Ctrl-S) and run this cell again.", name=name, notebook=nb))
         if _changed(vars(mod)):
-            hints.append(f"{nb} changed on disk after this notebook loaded it: run the cell "
-                         "with its learner_module(...) again to load the new version.")
-    return " ".join(dict.fromkeys(hints))
+            hints.append(tr("{notebook} changed on disk after this notebook loaded it: run the "
+                            "cell with its learner_module(...) again to load the new version.",
+                            notebook=nb))
+    return join(" ", list(dict.fromkeys(hints))) if hints else ""
 
 
 def _changed(ns: dict) -> bool:
@@ -340,9 +348,9 @@ def changed_since_loaded(fn: Callable) -> list[str]:
     found = []
     for ns in _namespaces(getattr(fn, "__globals__", {})):
         if ns.get("__name__", "").startswith(PREFIX) and _changed(ns):
-            found.append(f"{Path(ns['__file__']).name} changed on disk after it was loaded, so "
-                         "this check ran its old code: run the cell with its learner_module(...) "
-                         "again, then this check.")
+            found.append(tr("{notebook} changed on disk after it was loaded, so this check ran "
+                            "its old code: run the cell with its learner_module(...) again, then "
+                            "this check.", notebook=Path(ns["__file__"]).name))
     return found
 
 

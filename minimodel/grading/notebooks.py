@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from pathlib import Path
+
+from minimodel.grading.i18n import tr
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 _REGION = re.compile(
@@ -73,7 +76,8 @@ def grade_notebook(path: Path, timeout: int = 600) -> list[dict]:
     try:
         nb = nbformat.read(str(path), as_version=4)
     except (OSError, ValueError) as err:  # not there, not JSON, not a notebook
-        raise GradingError(f"{path}: cannot read it as a notebook ({err}).") from None
+        raise GradingError(str(tr("{path}: cannot read it as a notebook ({error}).", path=path,
+                                  error=err))) from None
     nb.cells.append(nbformat.v4.new_code_cell(
         "import json as _json, minimodel.grading as _g\n"
         f"print({RESULTS_MARK!r} + _json.dumps([r.to_dict() for r in _g.results_log()]))"
@@ -83,20 +87,24 @@ def grade_notebook(path: Path, timeout: int = 600) -> list[dict]:
     try:
         client.execute()
     except DeadKernelError as err:
-        raise GradingError(f"{path}: the notebook's kernel died while it ran ({err}); run it "
-                           "in Jupyter to see which cell ends the process (memory, os._exit, a "
-                           "crash), fix that cell and grade again.") from None
+        raise GradingError(str(tr(
+            "{path}: the notebook's kernel died while it ran ({error}); run it in Jupyter to see "
+            "which cell ends the process (memory, os._exit, a crash), fix that cell and grade "
+            "again.", path=path, error=err))) from None
     except CellTimeoutError:
-        raise GradingError(f"{path}: a cell ran longer than {timeout} s, so grading stopped; "
-                           "run the notebook in Jupyter to find the slow or stuck cell.") from None
+        raise GradingError(str(tr(
+            "{path}: a cell ran longer than {timeout} s, so grading stopped; run the notebook in "
+            "Jupyter to find the slow or stuck cell.", path=path, timeout=timeout))) from None
     except NoSuchKernel:
-        raise GradingError(f"{path}: there is no Jupyter kernel named 'python3' to run it; "
-                           "install one with `pip install ipykernel`.") from None
+        raise GradingError(str(tr(
+            "{path}: there is no Jupyter kernel named 'python3' to run it; install one with "
+            "`pip install ipykernel`.", path=path))) from None
     for output in nb.cells[-1].get("outputs", []):
         for line in output.get("text", "").splitlines():
             if line.startswith(RESULTS_MARK):
                 return json.loads(line[len(RESULTS_MARK):])
-    raise GradingError(f"{path}: the notebook did not finish, so no results were collected")
+    raise GradingError(str(tr("{path}: the notebook did not finish, so no results were "
+                              "collected", path=path)))
 
 
 def grade(path: Path) -> dict[str, list[dict]]:
@@ -106,19 +114,29 @@ def grade(path: Path) -> dict[str, list[dict]]:
     notebooks = sorted(path.glob("*.ipynb")) if path.is_dir() else [path]
     notebooks = [p for p in notebooks if ".ipynb_checkpoints" not in p.parts]
     if not notebooks:
-        raise FileNotFoundError(f"No notebooks found at {path}")
+        raise FileNotFoundError(str(tr("No notebooks found at {path}", path=path)))
     return {str(p): grade_notebook(p) for p in notebooks}
 
 
-def score_table(report: dict[str, list[dict]]) -> str:
-    """A plain-text table: one row per notebook and exercise, with passed/total checks."""
-    rows = [("notebook", "exercise", "score", "status")]
+def score_table(report: dict[str, list[dict]], lang: str = "en") -> str:
+    """A plain-text table: one row per notebook and exercise, with passed/total checks, in
+    `lang`."""
+    header = (tr("notebook"), tr("exercise"), tr("score"), tr("status"))
+    rows = [tuple(h.in_language(lang) for h in header)]
     for nb, results in report.items():
         for r in results:
             todo = any(c["status"] == "todo" for c in r["checks"])
-            status = "not implemented" if todo else ("pass" if r["passed"] else "fail")
-            rows.append((Path(nb).name, r["exercise"], f"{r['score']}/{r['total']}", status))
+            status = tr("not implemented") if todo else (tr("pass") if r["passed"] else
+                                                         tr("fail"))
+            rows.append((Path(nb).name, r["exercise"], f"{r['score']}/{r['total']}",
+                         status.in_language(lang)))
         if not results:
-            rows.append((Path(nb).name, "-", "0/0", "no checks ran"))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+            rows.append((Path(nb).name, "-", "0/0", tr("no checks ran").in_language(lang)))
+    widths = [max(_width(row[i]) for row in rows) for i in range(4)]
+    return "\n".join("  ".join(c + " " * (w - _width(c)) for c, w in zip(row, widths)).rstrip()
+                     for row in rows)
+
+
+def _width(text: str) -> int:
+    """Columns `text` takes in a terminal: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)

@@ -195,8 +195,21 @@ def translate_notebook(nb: dict, blocks: dict[str, Block], report: Report) -> di
             report.emphasis += [f"{cid}: {span}" for span in broken_emphasis(block.text)]
             src = join_wrapped_lines(block.text)
         cell["source"] = relink(src).splitlines(keepends=True)
+    for cell in out["cells"]:
+        for output in cell.get("outputs", []):
+            speak_chinese(output)
     report.unknown += [cid for cid in blocks if cid not in seen]
     return out
+
+
+def speak_chinese(output: dict) -> None:
+    """A check result's stored output shows its Chinese: every result keeps both languages'
+    renderings in its output's metadata (CheckResult._repr_mimebundle_), and the Chinese
+    notebook shows the one in Chinese. Every other output stays as it was."""
+    both = output.get("metadata", {}).get("minimodel", {}).get("check")
+    if both and "data" in output:
+        for mime, text in both[LANG].items():
+            output["data"][mime] = text.splitlines(keepends=True)
 
 
 def _dump(nb: dict) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 
 from minimodel.grading.core import CheckFailed, expect_close
+from minimodel.grading.i18n import Text, join, tr
 from minimodel.ops import apply_rope, rope_cos_sin
 
 HEAD_DIMS = (2, 8, 32, 64, 128)
@@ -22,8 +23,11 @@ THETAS = (10_000.0, 1_000_000.0)
 ATOL = 2e-3
 LOW_PRECISION = {torch.bfloat16: 3e-2, torch.float16: 5e-3}  # x in [-4, 4]: a few ulps
 
-INTERLEAVED = ("pairs neighbours (2i, 2i+1) as in the RoFormer paper; Qwen3 pairs dimension i "
-               "with i + D/2, so columns i and i + D/2 carry the same angle")
+
+def _pairs_neighbours() -> Text:
+    """What a table or a rotation in the interleaved convention does, said as a mistake."""
+    return tr("pairs neighbours (2i, 2i+1) as in the RoFormer paper; Qwen3 pairs dimension i "
+              "with i + D/2, so columns i and i + D/2 carry the same angle")
 
 
 def _positions() -> list[torch.Tensor]:
@@ -93,23 +97,29 @@ def _rope_half_reference(x: torch.Tensor, positions: torch.Tensor, theta: float)
     return apply_rope(x, *rope_cos_sin(positions, x.shape[-1], theta))
 
 
-def _hint(actual: torch.Tensor, mistakes: dict[str, object], atol: float) -> str:
+def _it_does(mistake: Text) -> Text:
+    """"; it <what went wrong>": a mistake named at the end of a failure message."""
+    return tr("; it {mistake}", mistake=mistake)
+
+
+def _hint(actual: torch.Tensor, mistakes: dict[str, object], atol: float) -> Text | str:
     """"; it <what went wrong>" for the first known mistake that `actual` matches, else ""."""
     for hint, wrong in mistakes.items():
         if isinstance(wrong, tuple):
             continue
         assert isinstance(wrong, torch.Tensor)
         if wrong.shape == actual.shape and torch.allclose(actual.float(), wrong, atol=atol):
-            return "; it " + hint
+            return _it_does(hint)
     return ""
 
 
-def _expect_rope_close(actual: object, expected: torch.Tensor, what: str, hint: Callable[[], str],
-                       atol: float) -> None:
+def _expect_rope_close(actual: object, expected: torch.Tensor, what: str,
+                       hint: Callable[[], str], atol: float) -> None:
     """expect_close, with hint() appended to the failure when `actual` has the right shape."""
     try:
         expect_close(actual, expected, what, atol=atol, rtol=atol)
     except CheckFailed as e:
         extra = hint() if isinstance(actual, torch.Tensor) and actual.shape == expected.shape \
             else ""
-        raise CheckFailed(str(e) + extra) from None
+        message = e.args[0] if e.args and isinstance(e.args[0], Text) else str(e)
+        raise CheckFailed(join("", [message, extra])) from None

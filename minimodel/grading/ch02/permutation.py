@@ -18,6 +18,7 @@ from minimodel.grading.ch02.common import (
     rope_interleaved_reference,
 )
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
+from minimodel.grading.i18n import Text, tr
 from minimodel.ops import rms_norm
 
 ATTN_KEYS = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
@@ -63,27 +64,29 @@ def _attention_layer(w: dict[str, torch.Tensor], x: torch.Tensor, positions: tor
     return scores.masked_fill(~causal, 0.0), out  # [Hq, T, T], [T, C]
 
 
-def _perm_what(w: dict[str, torch.Tensor], D: int) -> str:
+def _perm_what(w: dict[str, torch.Tensor], D: int) -> Text:
     """How a call on the layer `w` is written in a message."""
     Hq, C = w["q_proj.weight"].shape[0] // D, w["q_proj.weight"].shape[1]
     Hkv = w["k_proj.weight"].shape[0] // D
-    return f"interleave_permutation(weights of Hq={Hq}, Hkv={Hkv}, C={C}, head_dim={D})"
+    return tr("interleave_permutation(weights of Hq={Hq}, Hkv={Hkv}, C={C}, head_dim={D})",
+              Hq=Hq, Hkv=Hkv, C=C, D=D)
 
 
-def _call_perm(fn: Callable, w: dict[str, torch.Tensor], D: int) -> tuple[dict, str]:
+def _call_perm(fn: Callable, w: dict[str, torch.Tensor], D: int) -> tuple[dict, Text]:
     """The learner's converted weights and how the call is written; fails unless every weight of
     the layer comes back with its shape and dtype."""
     what = _perm_what(w, D)
     out = fn({k: v.clone() for k, v in w.items()}, D)
-    expect(isinstance(out, dict), f"{what} should return a dict of weights, got "
-           f"{type(out).__name__}")
+    expect(isinstance(out, dict), tr("{what} should return a dict of weights, got {got}",
+                                     what=what, got=type(out).__name__))
     missing = [k for k in ATTN_KEYS if k not in out]
-    expect(not missing, f"{what}: the result lacks {missing}; return every weight of the layer, "
-           "changed or not")
+    expect(not missing, tr("{what}: the result lacks {missing}; return every weight of the "
+                           "layer, changed or not", what=what, missing=missing))
     for k in ATTN_KEYS:
-        expect_shape(out[k], tuple(w[k].shape), f"{what}: {k}")
-        expect(out[k].dtype == w[k].dtype, f"{what}: {k} should stay {w[k].dtype}, got "
-               f"{out[k].dtype}")
+        expect_shape(out[k], tuple(w[k].shape), tr("{what}: {name}", what=what, name=k))
+        expect(out[k].dtype == w[k].dtype, tr("{what}: {name} should stay {want}, got {got}",
+                                              what=what, name=k, want=w[k].dtype,
+                                              got=out[k].dtype))
     return out, what
 
 
@@ -98,52 +101,53 @@ def _perm_inputs() -> list[tuple[int, int, int, int, torch.Tensor, float]]:
 
 
 def _score_hint(w: dict, out: dict, x: torch.Tensor, positions: torch.Tensor, theta: float,
-                D: int, one_head_passed: bool) -> str:
+                D: int, one_head_passed: bool) -> Text:
     """What a converted layer whose scores are wrong most likely did."""
     def kept(key: str) -> bool:
         return torch.equal(out[key].float(), w[key].float())
 
     if kept("q_proj.weight") and kept("k_proj.weight"):
-        return ("; q_proj and k_proj came back as they were: interleaved RoPE turns other "
-                "dimensions together than rotate-half, so the same rows no longer meet their "
-                "partners")
+        return tr("; q_proj and k_proj came back as they were: interleaved RoPE turns other "
+                  "dimensions together than rotate-half, so the same rows no longer meet their "
+                  "partners")
     for a, b in (("q", "k"), ("k", "q")):
         if kept(f"{a}_proj.weight"):
-            return (f"; {a}_proj.weight came back as it was while {b}_proj's rows moved: a "
-                    f"score multiplies dimension j of q with dimension j of k, so both need "
-                    f"the same reordering")
+            return tr("; {a}_proj.weight came back as it was while {b}_proj's rows moved: a "
+                      "score multiplies dimension j of q with dimension j of k, so both need "
+                      "the same reordering", a=a, b=b)
     def rows_moved(key: str) -> bool:  # the same rows (up to sign), in another order
         a, b = out[key].float().abs().sort(0).values, w[key].float().abs().sort(0).values
         return torch.equal(a, b)
 
     for a in ("q", "k"):  # with D = 2 nothing has to move
         if D > 2 and kept(f"{a}_norm.weight") and rows_moved(f"{a}_proj.weight"):
-            return (f"; {a}_norm.weight stayed where it was while the rows of {a}_proj moved: "
-                    f"each of its D weights scales one dimension of a head, so it belongs with "
-                    f"that dimension")
+            return tr("; {a}_norm.weight stayed where it was while the rows of {a}_proj "
+                      "moved: each of its D weights scales one dimension of a head, so it "
+                      "belongs with that dimension", a=a)
     backwards, _ = _attention_layer(w, x, -positions, theta, D, interleaved=False)
     ours, _ = _attention_layer(out, x, positions, theta, D, interleaved=True)
     if torch.allclose(ours, backwards, atol=PERM_ATOL, rtol=PERM_ATOL):
-        return ("; every pair turns the opposite way (the scores are rotate-half's at minus the "
-                "positions): within each pair the two dimensions sit in swapped order")
+        return tr("; every pair turns the opposite way (the scores are rotate-half's at minus "
+                  "the positions): within each pair the two dimensions sit in swapped order")
     if one_head_passed and w["q_proj.weight"].shape[0] > D:
-        return ("; it is right with one head and wrong with several: each head is D rows of "
-                "its own, and the reordering happens inside every head")
-    return ("; the reordering does not bring the two dimensions of each rotate-half pair "
-            "(i, i + D/2) to where interleaved RoPE turns them together, at frequency f_i")
+        return tr("; it is right with one head and wrong with several: each head is D rows of "
+                  "its own, and the reordering happens inside every head")
+    return tr("; the reordering does not bring the two dimensions of each rotate-half pair "
+              "(i, i + D/2) to where interleaved RoPE turns them together, at frequency f_i")
 
 
-def _output_hint(w: dict, out: dict) -> str:
+def _output_hint(w: dict, out: dict) -> Text:
     """What a converted layer with right scores but a wrong output most likely did."""
     v_moved = not torch.equal(out["v_proj.weight"].float(), w["v_proj.weight"].float())
     o_moved = not torch.equal(out["o_proj.weight"].float(), w["o_proj.weight"].float())
     if v_moved and not o_moved:
-        return ("; v_proj's rows moved but o_proj's columns did not, so o_proj reads every "
-                "value dimension from the wrong place (and RoPE never touches v)")
+        return tr("; v_proj's rows moved but o_proj's columns did not, so o_proj reads every "
+                  "value dimension from the wrong place (and RoPE never touches v)")
     if o_moved and not v_moved:
-        return ("; o_proj's columns moved but v_proj's rows did not, so o_proj reads every "
-                "value dimension from the wrong place (and RoPE never touches v)")
-    return "; v_proj and o_proj no longer fit together: column j of o_proj reads value dim j"
+        return tr("; o_proj's columns moved but v_proj's rows did not, so o_proj reads every "
+                  "value dimension from the wrong place (and RoPE never touches v)")
+    return tr("; v_proj and o_proj no longer fit together: column j of o_proj reads value "
+              "dim j")
 
 
 @exercise("ch02.interleave_permutation",
@@ -154,7 +158,7 @@ def _perm_shape(fn: Callable) -> str:
         for Hq, Hkv, D, C in PERM_SHAPES:
             _call_perm(fn, _layer_weights(Hq, Hkv, D, C, dtype), D)
             n += 1
-    return f"{n} layers"
+    return tr("{n} layers", n=n)
 
 
 @exercise("ch02.interleave_permutation",
@@ -171,14 +175,14 @@ def _perm_scores(fn: Callable) -> str:
             got, _ = _attention_layer(out, x, positions, theta, D, interleaved=True)
             if not torch.allclose(got, want, atol=PERM_ATOL, rtol=PERM_ATOL):
                 worst = float((got - want).abs().max())
-                raise CheckFailed(
-                    f"{what}, positions {_pos_text(positions)}, theta {theta:g}: the scores of "
-                    f"the converted layer with interleaved RoPE differ from the original's "
-                    f"with rotate-half by up to {worst:.3g}"
-                    + _score_hint(w, out, x, positions, theta, D, one_head_passed)
-                )
+                raise CheckFailed(tr(
+                    "{what}, positions {positions}, theta {theta:g}: the scores of the "
+                    "converted layer with interleaved RoPE differ from the original's with "
+                    "rotate-half by up to {worst:.3g}{hint}", what=what,
+                    positions=_pos_text(positions), theta=theta, worst=worst,
+                    hint=_score_hint(w, out, x, positions, theta, D, one_head_passed)))
             one_head_passed = one_head_passed or Hq == 1
-    return f"{len(cases) * 2} layers, float32 and bfloat16 weights"
+    return tr("{n} layers, float32 and bfloat16 weights", n=len(cases) * 2)
 
 
 @exercise("ch02.interleave_permutation",
@@ -193,14 +197,14 @@ def _perm_output(fn: Callable) -> str:
         got_scores, got = _attention_layer(out, x, positions, theta, D, interleaved=True)
         if not torch.allclose(got, want, atol=PERM_ATOL, rtol=PERM_ATOL):
             same_scores = torch.allclose(got_scores, want_scores, atol=PERM_ATOL, rtol=PERM_ATOL)
-            raise CheckFailed(
-                f"{what}, positions {_pos_text(positions)}, theta {theta:g}: the output of the "
-                f"converted layer differs from the original's by up to "
-                f"{float((got - want).abs().max()):.3g}"
-                + (_output_hint(w, out) if same_scores else " (its scores differ already: see "
-                   "the check of the scores)")
-            )
-    return f"{len(cases)} layers"
+            raise CheckFailed(tr(
+                "{what}, positions {positions}, theta {theta:g}: the output of the converted "
+                "layer differs from the original's by up to {worst:.3g}{hint}", what=what,
+                positions=_pos_text(positions), theta=theta,
+                worst=float((got - want).abs().max()),
+                hint=_output_hint(w, out) if same_scores else tr(
+                    " (its scores differ already: see the check of the scores)")))
+    return tr("{n} layers", n=len(cases))
 
 
 @exercise("ch02.interleave_permutation", "leaves the given weights unchanged")
@@ -209,5 +213,5 @@ def _perm_pure(fn: Callable) -> None:
     before = {k: v.clone() for k, v in w.items()}
     fn(w, 16)
     changed = [k for k in ATTN_KEYS if not torch.equal(w[k], before[k])]
-    expect(not changed, f"interleave_permutation changed the weights it was given: {changed} "
-           "(the original checkpoint must stay usable)")
+    expect(not changed, tr("interleave_permutation changed the weights it was given: {changed} "
+                           "(the original checkpoint must stay usable)", changed=changed))

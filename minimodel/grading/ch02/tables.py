@@ -13,14 +13,16 @@ import torch
 from minimodel.grading.ch02.common import (
     ATOL,
     HEAD_DIMS,
-    INTERLEAVED,
     LOW_PRECISION,
     _cases,
     _describe,
     _expect_rope_close,
+    _it_does,
+    _pairs_neighbours,
 )
 from minimodel.grading.ch02.mistakes import _table_mistakes
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
+from minimodel.grading.i18n import Text, tr
 from minimodel.ops import rope_cos_sin
 
 
@@ -31,16 +33,19 @@ def _call_tables(
     out = fn(positions.clone(), D, theta)
     what = f"rope_tables({_describe(positions, D, theta)})"
     expect(isinstance(out, (tuple, list)) and len(out) == 2,
-           f"{what} should return a tuple (cos, sin), got {type(out).__name__}")
+           tr("{what} should return a tuple (cos, sin), got {got}", what=what,
+              got=type(out).__name__))
     cos, sin = out
     T = len(positions)
     for name, t in (("cos", cos), ("sin", sin)):
-        expect_shape(t, (T, D), f"{what}: {name} [T, D] (each of the D/2 angles appears twice)")
-        expect(t.dtype.is_floating_point, f"{what}: {name} should be a float tensor, "
-               f"got {t.dtype}")
+        expect_shape(t, (T, D), tr("{what}: {name} [T, D] (each of the D/2 angles appears "
+                                   "twice)", what=what, name=name))
+        expect(t.dtype.is_floating_point, tr("{what}: {name} should be a float tensor, got "
+                                             "{got}", what=what, name=name, got=t.dtype))
         expect(t.dtype not in LOW_PRECISION,
-               f"{what}: {name} is {t.dtype}, but a 16-bit float cannot hold angles like "
-               "1000 * 0.97 precisely enough; the tables are float32")
+               tr("{what}: {name} is {dtype}, but a 16-bit float cannot hold angles like "
+                  "1000 * 0.97 precisely enough; the tables are float32", what=what, name=name,
+                  dtype=t.dtype))
     return cos, sin, what
 
 
@@ -49,7 +54,7 @@ def _tables_shape(fn: Callable) -> str:
     cases = _cases()
     for positions, D, theta in cases:
         _call_tables(fn, positions, D, theta)
-    return f"{len(cases)} cases"
+    return tr("{n} cases", n=len(cases))
 
 
 @exercise("ch02.rope_tables", "position 0 gives cos = 1 and sin = 0 (no rotation)")
@@ -58,8 +63,9 @@ def _tables_zero(fn: Callable) -> None:
         cos, sin, what = _call_tables(fn, torch.zeros(3, dtype=torch.long), D, 1e6)
         expect(torch.allclose(cos.float(), torch.ones(3, D)) and
                torch.allclose(sin.float(), torch.zeros(3, D), atol=1e-6),
-               f"{what}: at position 0 every cos should be 1 and every sin 0, got cos "
-               f"{cos[0, :4].tolist()}... and sin {sin[0, :4].tolist()}...")
+               tr("{what}: at position 0 every cos should be 1 and every sin 0, got cos "
+                  "{cos}... and sin {sin}...", what=what, cos=cos[0, :4].tolist(),
+                  sin=sin[0, :4].tolist()))
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -73,13 +79,22 @@ def _tables_halves(fn: Callable) -> None:
         cos, sin, what = _call_tables(fn, positions, D, theta)
         h = D // 2
         if not (_same(cos[:, :h], cos[:, h:]) and _same(sin[:, :h], sin[:, h:])):
-            why = ""
+            why: Text | str = ""
             if D > 2 and _same(cos[:, 0::2], cos[:, 1::2]):
-                why = "; your table " + INTERLEAVED
+                why = tr("; your table {mistake}", mistake=_pairs_neighbours())
             elif _same(cos[:, :h], cos[:, h:]) and _same(sin[:, :h], -sin[:, h:]):
-                why = ("; your sin halves differ in sign: the minus sign belongs to "
-                       "rotate_half, the table repeats the same angles")
-            raise CheckFailed(f"{what}: columns i and i + D/2 should hold the same angle{why}")
+                why = tr("; your sin halves differ in sign: the minus sign belongs to "
+                         "rotate_half, the table repeats the same angles")
+            raise CheckFailed(tr("{what}: columns i and i + D/2 should hold the same "
+                                 "angle{why}", what=what, why=why))
+
+
+def _tables_hint(cos: torch.Tensor, sin: torch.Tensor, mistakes: dict[Text, tuple]) -> Text | str:
+    """"; it <what went wrong>" for the first wrong table pair that (cos, sin) matches, else ""."""
+    for text, (c, s) in mistakes.items():
+        if torch.allclose(cos.float(), c, atol=ATOL) and torch.allclose(sin.float(), s, atol=ATOL):
+            return _it_does(text)
+    return ""
 
 
 @exercise("ch02.rope_tables",
@@ -91,13 +106,9 @@ def _tables_values(fn: Callable) -> str:
         want_cos, want_sin = rope_cos_sin(positions, D, theta)  # [T, D] float32
         mistakes = _table_mistakes(positions, D, theta)
 
-        def hint(cos=cos, sin=sin, mistakes=mistakes) -> str:
-            for text, (c, s) in mistakes.items():
-                if torch.allclose(cos.float(), c, atol=ATOL) and \
-                        torch.allclose(sin.float(), s, atol=ATOL):
-                    return "; it " + text
-            return ""
+        def hint(cos=cos, sin=sin, mistakes=mistakes) -> Text | str:
+            return _tables_hint(cos, sin, mistakes)
 
-        _expect_rope_close(cos, want_cos, f"{what}: cos", hint, ATOL)
-        _expect_rope_close(sin, want_sin, f"{what}: sin", hint, ATOL)
-    return f"{len(cases)} cases"
+        _expect_rope_close(cos, want_cos, tr("{what}: {name}", what=what, name="cos"), hint, ATOL)
+        _expect_rope_close(sin, want_sin, tr("{what}: {name}", what=what, name="sin"), hint, ATOL)
+    return tr("{n} cases", n=len(cases))

@@ -14,6 +14,7 @@ import torch
 
 from minimodel.grading.ch03.common import _tril
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
+from minimodel.grading.i18n import Text, tr
 from minimodel.ops import softmax_attention
 from minimodel.reference.model import repeat_kv as ref_repeat_kv
 
@@ -48,13 +49,13 @@ def _random_mask(T: int, S: int) -> torch.Tensor:
 
 def _diagnose(
     out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
-) -> str:
+) -> Text | str:
     """A hint naming the classic mistake that `out` reproduces, or "" if none does."""
     D = q.shape[-1]
     groups = q.shape[1] // k.shape[1]
     got = out.double()
     if got.isnan().any():
-        return (
+        return tr(
             " Your output contains NaN: some query had every key masked, so its softmax ran "
             "over -inf only. Is the mask inverted? True means 'may attend'."
         )
@@ -63,25 +64,27 @@ def _diagnose(
         return t.shape == got.shape and torch.allclose(got, t, atol=1e-4, rtol=1e-4)
 
     if same(_expected_attention(q, k, v, mask, 1.0)):
-        return " It matches attention without scaling: multiply the scores by 1/sqrt(D)."
+        return tr(" It matches attention without scaling: multiply the scores by 1/sqrt(D).")
     if same(_expected_attention(q, k, v, mask, 1.0 / D)):
-        return " It matches scores scaled by 1/D; the scale is 1/sqrt(D)."
+        return tr(" It matches scores scaled by 1/D; the scale is 1/sqrt(D).")
     if same(_expected_attention(q, k, v, mask, math.sqrt(D))):
-        return " It matches scores multiplied by sqrt(D); divide by sqrt(D) instead."
+        return tr(" It matches scores multiplied by sqrt(D); divide by sqrt(D) instead.")
     if mask is not None:
         if mask.shape[0] == mask.shape[1] and same(_expected_attention(q, k, v, mask.T, D**-0.5)):
-            return " It matches the transposed mask: mask[t, s] says whether query t reads key s."
+            return tr(" It matches the transposed mask: mask[t, s] says whether query t reads "
+                      "key s.")
         if (~mask).any(-1).all() and same(_expected_attention(q, k, v, ~mask, D**-0.5)):
-            return (
+            return tr(
                 " It matches the inverted mask: True means 'may attend', so the scores that "
                 "become -inf are those where the mask is False."
             )
         if same(_expected_attention(q, k, v, None, D**-0.5)):
-            return " It matches attention with no mask at all: apply the mask to the scores."
+            return tr(" It matches attention with no mask at all: apply the mask to the "
+                      "scores.")
     if groups > 1:
         tiled_k, tiled_v = k.repeat(1, groups, 1, 1), v.repeat(1, groups, 1, 1)
         if same(_expected_attention(q, tiled_k, tiled_v, mask, D**-0.5)):
-            return (
+            return tr(
                 " It matches K/V heads tiled in the order 0,1,0,1: query head h reads KV head "
                 "h // groups, so consecutive query heads share a KV head (0,0,1,1)."
             )
@@ -90,7 +93,7 @@ def _diagnose(
         scores = scores.masked_fill(~mask, float("-inf"))
     wrong_axis = scores.softmax(dim=-2).nan_to_num(0.0) @ ref_repeat_kv(v.double(), groups)
     if same(wrong_axis):
-        return (
+        return tr(
             " It matches a softmax over the queries (dim -2); each query's weights over the "
             "keys must sum to 1, so take the softmax over the last dim."
         )
@@ -106,20 +109,20 @@ def _compare_attention(
     """The learner's attention must match softmax(q k^T / sqrt(D)) v on random q, k, v."""
     q, k, v = _qkv(B, Hq, Hkv, T, S, D, dtype)
     out = fn(q, k, v, mask)
-    what = (
-        f"attention with B={B}, Hq={Hq}, Hkv={Hkv}, T={T}, S={S}, D={D}, "
-        f"{'no mask' if mask is None else 'a mask'}, {str(dtype).replace('torch.', '')}"
-    )
+    sizes = f"B={B}, Hq={Hq}, Hkv={Hkv}, T={T}, S={S}, D={D}"
+    name = str(dtype).replace("torch.", "")
+    what = (tr("attention with {sizes}, no mask, {dtype}", sizes=sizes, dtype=name)
+            if mask is None else
+            tr("attention with {sizes}, a mask, {dtype}", sizes=sizes, dtype=name))
     expect_shape(out, (B, Hq, T, D), what)
     expected = _expected_attention(q, k, v, mask, 1.0 / math.sqrt(D))
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     ok = torch.allclose(out.double(), expected, atol=tol, rtol=tol)
     if not ok:
         worst = float((out.double() - expected).abs().max())
-        raise CheckFailed(
-            f"{what} is off from softmax(q k^T / sqrt(D)) v: max abs diff {worst:.3g}."
-            + _diagnose(out, q, k, v, mask)
-        )
+        raise CheckFailed(tr(
+            "{what} is off from softmax(q k^T / sqrt(D)) v: max abs diff {worst:.3g}.{hint}",
+            what=what, worst=worst, hint=_diagnose(out, q, k, v, mask)))
 
 
 @exercise("ch03.attention", "returns [B, Hq, T, D] for MHA, GQA and MQA, with and without mask")
@@ -161,7 +164,8 @@ def _attn_dtype(fn: Callable) -> None:
     for dtype in (torch.bfloat16, torch.float16):
         q, k, v = _qkv(2, 4, 2, 5, 5, 16, dtype)
         out = fn(q, k, v, _tril(5))
-        expect_shape(out, (2, 4, 5, 16), f"attention in {dtype}")
-        expect(out.dtype == dtype, f"attention on {dtype} inputs returned {out.dtype}; "
-                                   "return q's dtype (compute in float32 if you like, then cast).")
+        expect_shape(out, (2, 4, 5, 16), tr("attention in {dtype}", dtype=dtype))
+        expect(out.dtype == dtype, tr("attention on {dtype} inputs returned {got}; return q's "
+                                      "dtype (compute in float32 if you like, then cast).",
+                                      dtype=dtype, got=out.dtype))
         _compare_attention(fn, 2, 4, 2, 5, 5, 16, _tril(5), dtype)

@@ -14,8 +14,11 @@ import torch.nn.functional as F
 
 from minimodel.grading.ch03.common import _tril
 from minimodel.grading.core import CheckFailed, exercise
+from minimodel.grading.i18n import Text, join, tr
 
 SeqFn = Callable[[torch.Tensor], torch.Tensor]  # [B, T, C] -> [B, T, C]
+# The functions below are named the way a message quotes them (in quotes, as repr writes a
+# string), so that the Chinese table quotes them its own way.
 
 
 def _weights(C: int, gen: torch.Generator, n: int = 3) -> list[torch.Tensor]:
@@ -59,7 +62,7 @@ def _shift(x: torch.Tensor, by: int) -> torch.Tensor:
     return out
 
 
-def _causal_functions(C: int) -> list[tuple[str, SeqFn]]:
+def _causal_functions(C: int) -> list[tuple[Text, SeqFn]]:
     """(name, function) of sequence functions that never read a later position."""
     gen = torch.Generator().manual_seed(1234)
     w1, w2 = torch.randn(C, 2 * C, generator=gen), torch.randn(2 * C, C, generator=gen)
@@ -89,20 +92,20 @@ def _causal_functions(C: int) -> list[tuple[str, SeqFn]]:
         return h + mlp(F.layer_norm(h, (C,)))
 
     return [
-        ("identity", lambda x: x.clone()),
-        ("a position-wise MLP", mlp),
-        ("cumulative mean over positions 0..t", cummean),
-        ("cumulative max over positions 0..t", lambda x: x.cummax(1).values),
-        ("shift right (position t outputs input t-1)", lambda x: _shift(x, 1)),
-        ("causal attention", attn),
-        ("a causal convolution over t-2, t-1, t", causal_conv),
-        ("an exponential moving average", ema),
-        ("a pre-norm block: causal attention + MLP with residuals", block),
-        ("causal attention whose outputs are tiny (1e-3 scale)", lambda x: 1e-3 * attn(x)),
+        (tr("'identity'"), lambda x: x.clone()),
+        (tr("'a position-wise MLP'"), mlp),
+        (tr("'cumulative mean over positions 0..t'"), cummean),
+        (tr("'cumulative max over positions 0..t'"), lambda x: x.cummax(1).values),
+        (tr("'shift right (position t outputs input t-1)'"), lambda x: _shift(x, 1)),
+        (tr("'causal attention'"), attn),
+        (tr("'a causal convolution over t-2, t-1, t'"), causal_conv),
+        (tr("'an exponential moving average'"), ema),
+        (tr("'a pre-norm block: causal attention + MLP with residuals'"), block),
+        (tr("'causal attention whose outputs are tiny (1e-3 scale)'"), lambda x: 1e-3 * attn(x)),
     ]
 
 
-def _leaky_functions(C: int) -> dict[str, list[tuple[str, SeqFn]]]:
+def _leaky_functions(C: int) -> dict[str, list[tuple[Text, SeqFn]]]:
     """(name, function) of sequence functions that read a later position, by how hard the
     leak is to find: clear, local, subtle."""
     gen = torch.Generator().manual_seed(4321)
@@ -149,31 +152,33 @@ def _leaky_functions(C: int) -> dict[str, list[tuple[str, SeqFn]]]:
 
     return {
         "clear": [
-            ("attention without a mask", full),
-            ("reversed cumulative sum (position t sums inputs t..T-1)",
+            (tr("'attention without a mask'"), full),
+            (tr("'reversed cumulative sum (position t sums inputs t..T-1)'"),
              lambda x: x.flip(1).cumsum(1).flip(1)),
-            ("shift left (position t outputs input t+1)", lambda x: _shift(x, -1)),
-            ("attention with the causal mask transposed", transposed),
-            ("attention whose mask is off by one (reads token t+1)", off_by_one),
+            (tr("'shift left (position t outputs input t+1)'"), lambda x: _shift(x, -1)),
+            (tr("'attention with the causal mask transposed'"), transposed),
+            (tr("'attention whose mask is off by one (reads token t+1)'"), off_by_one),
         ],
         "local": [
-            ("causal attention, except position 0 also reads input 1", leak_first),
-            ("causal attention, except every position also reads the last input", leak_last),
-            ("causal attention, except position T-2 also reads input T-1", leak_second_last),
-            ("causal attention plus the input two positions ahead", leak_two_ahead),
-            ("attention that is bidirectional inside blocks of 4 tokens", chunked),
+            (tr("'causal attention, except position 0 also reads input 1'"), leak_first),
+            (tr("'causal attention, except every position also reads the last input'"),
+             leak_last),
+            (tr("'causal attention, except position T-2 also reads input T-1'"),
+             leak_second_last),
+            (tr("'causal attention plus the input two positions ahead'"), leak_two_ahead),
+            (tr("'attention that is bidirectional inside blocks of 4 tokens'"), chunked),
         ],
         "subtle": [
-            ("causal attention plus 1e-3 times the next input", leak_tiny),
-            ("causal attention plus the next input's last channel, into channel 0",
+            (tr("'causal attention plus 1e-3 times the next input'"), leak_tiny),
+            (tr("\"causal attention plus the next input's last channel, into channel 0\""),
              leak_one_channel),
-            ("causal attention plus relu(next input)", leak_relu),
-            ("subtracting the mean over the whole sequence", sequence_norm),
+            (tr("'causal attention plus relu(next input)'"), leak_relu),
+            (tr("'subtracting the mean over the whole sequence'"), sequence_norm),
         ],
     }
 
 
-def _verdict(fn: Callable, candidate: SeqFn, C: int, name: str) -> bool:
+def _verdict(fn: Callable, candidate: SeqFn, C: int, name: Text) -> bool:
     """The learner's is_causal(candidate, C) as a bool; fails unless it is one."""
     result = fn(candidate, C)
     if isinstance(result, torch.Tensor) and result.numel() == 1:
@@ -181,30 +186,28 @@ def _verdict(fn: Callable, candidate: SeqFn, C: int, name: str) -> bool:
     if type(result).__name__ == "bool_":  # numpy.bool_
         result = bool(result)
     if not isinstance(result, bool):
-        raise CheckFailed(
-            f"is_causal should return True or False, got {type(result).__name__} "
-            f"{result!r} for {name!r}."
-        )
+        raise CheckFailed(tr(
+            "is_causal should return True or False, got {type} {result!r} for {name}.",
+            type=type(result).__name__, result=result, name=name))
     return result
 
 
-def _judge(fn: Callable, cases: list[tuple[str, SeqFn]], C: int, want: bool) -> None:
+def _judge(fn: Callable, cases: list[tuple[Text, SeqFn]], C: int, want: bool) -> None:
     """is_causal must say `want` for every function of `cases`; the failure lists the others."""
     wrong = [name for name, f in cases if _verdict(fn, f, C, name) != want]
     if not wrong:
         return
-    named = "; ".join(repr(n) for n in wrong)
+    named = join(tr("; "), wrong)
     if want:
-        raise CheckFailed(
-            f"is_causal said False for {len(wrong)} causal function(s): {named}. These never "
-            "read a later position; does your test compare with a tolerance that float noise "
-            "can beat, or change earlier positions too?"
-        )
-    raise CheckFailed(
-        f"is_causal said True for {len(wrong)} leaky function(s): {named}. Each lets some "
-        "output read a later input: change the inputs after every position t (not only one), "
-        "and compare outputs before t exactly (or with a tolerance far below 1e-3)."
-    )
+        raise CheckFailed(tr(
+            "is_causal said False for {n} causal function(s): {named}. These never read a later "
+            "position; does your test compare with a tolerance that float noise can beat, or "
+            "change earlier positions too?", n=len(wrong), named=named))
+    raise CheckFailed(tr(
+        "is_causal said True for {n} leaky function(s): {named}. Each lets some output read a "
+        "later input: change the inputs after every position t (not only one), and compare "
+        "outputs before t exactly (or with a tolerance far below 1e-3).", n=len(wrong),
+        named=named))
 
 
 @exercise("ch03.is_causal", "says True for 10 causal functions (masked attention, means, ...)")

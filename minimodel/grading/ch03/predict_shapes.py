@@ -11,23 +11,28 @@ from collections.abc import Callable
 import torch
 
 from minimodel.grading.core import exercise, expect
+from minimodel.grading.i18n import Text, tr
 
 SHAPE_KEYS = (
     "input_ids", "embeddings", "q", "k", "v", "scores", "attn_output", "logits",
     "next_token_logits",
 )
 
-_SHAPE_HINTS = {
-    "input_ids": "token ids are [B, T].",
-    "embeddings": "one C-vector per token: [B, T, C].",
-    "q": "q is [B, Hq, T, D]; D is the given head_dim, which need not be C // Hq.",
-    "k": "K has only Hkv heads (GQA: Hq // Hkv query heads share one): [B, Hkv, T, D].",
-    "v": "V has only Hkv heads (GQA: Hq // Hkv query heads share one): [B, Hkv, T, D].",
-    "scores": "one score per query and key in every query head: [B, Hq, T, T].",
-    "attn_output": "o_proj maps the Hq * D head outputs back to the hidden size: [B, T, C].",
-    "logits": "V scores at every position: [B, T, V].",
-    "next_token_logits": "only the last position predicts the next token: [B, V].",
-}
+
+def _shape_hint(key: str) -> Text:
+    """Why the tensor `key` of SHAPE_KEYS has its shape."""
+    return {
+        "input_ids": tr("token ids are [B, T]."),
+        "embeddings": tr("one C-vector per token: [B, T, C]."),
+        "q": tr("q is [B, Hq, T, D]; D is the given head_dim, which need not be C // Hq."),
+        "k": tr("K has only Hkv heads (GQA: Hq // Hkv query heads share one): [B, Hkv, T, D]."),
+        "v": tr("V has only Hkv heads (GQA: Hq // Hkv query heads share one): [B, Hkv, T, D]."),
+        "scores": tr("one score per query and key in every query head: [B, Hq, T, T]."),
+        "attn_output": tr("o_proj maps the Hq * D head outputs back to the hidden size: "
+                          "[B, T, C]."),
+        "logits": tr("V scores at every position: [B, T, V]."),
+        "next_token_logits": tr("only the last position predicts the next token: [B, V]."),
+    }[key]
 
 
 def _true_shapes(B: int, T: int, C: int, Hq: int, Hkv: int, D: int, V: int) -> dict:
@@ -48,19 +53,22 @@ def _as_shape(value: object) -> tuple[int, ...] | None:
     return tuple(d.__index__() for d in value)
 
 
-def _not_a_shape(value: object) -> str:
+def _not_a_shape(value: object) -> Text:
     """What a value that is not a shape should have been, and what it is."""
     if isinstance(value, torch.Tensor):
-        return f"a tuple of ints (a shape), got a tensor of shape {tuple(value.shape)}."
-    return f"a tuple of ints, got {value!r}."
+        return tr("a tuple of ints (a shape), got a tensor of shape {shape}.",
+                  shape=tuple(value.shape))
+    return tr("a tuple of ints, got {value!r}.", value=value)
 
 
-def _expect_every_key(got: object, where: str, listing: str = "") -> None:
+def _expect_every_key(got: object, where: str, listing: Text | str = "") -> None:
     """`got` must be a dict holding every key of SHAPE_KEYS; `listing` ends the missing-key
     message."""
-    expect(isinstance(got, dict), f"{where} should return a dict, got {type(got).__name__}.")
+    expect(isinstance(got, dict),
+           tr("{where} should return a dict, got {type}.", where=where, type=type(got).__name__))
     missing = [key for key in SHAPE_KEYS if key not in got]
-    expect(not missing, f"{where} is missing the key(s) {missing}{listing}.")
+    expect(not missing, tr("{where} is missing the key(s) {missing}{listing}.", where=where,
+                           missing=missing, listing=listing))
 
 
 def _compare_shapes(fn: Callable, config: tuple[int, ...]) -> None:
@@ -71,18 +79,21 @@ def _compare_shapes(fn: Callable, config: tuple[int, ...]) -> None:
     _expect_every_key(got, where)
     for key, want in _true_shapes(*config).items():
         shape = _as_shape(got[key])
-        expect(shape is not None, f"{where}[{key!r}] should be {_not_a_shape(got[key])}")
-        expect(shape == want,
-               f"{where}[{key!r}] is {shape}, expected {want}: {_SHAPE_HINTS[key]}")
+        expect(shape is not None, tr("{where}[{key!r}] should be {want}", where=where, key=key,
+                                     want=_not_a_shape(got[key])))
+        expect(shape == want, tr("{where}[{key!r}] is {shape}, expected {want}: {hint}",
+                                 where=where, key=key, shape=shape, want=want,
+                                 hint=_shape_hint(key)))
 
 
 @exercise("ch03.predict_shapes", "returns a dict with all nine keys, each a tuple of ints")
 def _shapes_keys(fn: Callable) -> None:
     got = fn(2, 5, 48, 6, 3, 16, 100)
-    _expect_every_key(got, "predict_shapes", f"; expected {SHAPE_KEYS}")
+    _expect_every_key(got, "predict_shapes", tr("; expected {keys}", keys=SHAPE_KEYS))
     for key in SHAPE_KEYS:
         expect(_as_shape(got[key]) is not None,
-               f"predict_shapes(...)[{key!r}] should be {_not_a_shape(got[key])}")
+               tr("{where}[{key!r}] should be {want}", where="predict_shapes(...)", key=key,
+                  want=_not_a_shape(got[key])))
 
 
 @exercise("ch03.predict_shapes", "gets the paper example's config as a batch of 2 prompts of "

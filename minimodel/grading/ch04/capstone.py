@@ -15,6 +15,7 @@ import torch
 from minimodel.config import Qwen3Config
 from minimodel.grading.ch04.common import _name
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
+from minimodel.grading.i18n import Text, join, tr
 from minimodel.grading.learner import spy_calls
 
 # Real text through the real tokenizer: verse in the layout bard was trained on, a Chinese line,
@@ -24,14 +25,17 @@ _PROMPTS = ("HAMLET.\nTo be, or not to be, that is the question:\n", "床前明�
 _BATCH = ("Shall I compare thee to a summer's day?", "床前明月光，", "ROMEO.\nBut soft")
 _ATOL = 1e-4
 
-# What the forward must be built from: (what to tell the learner, names that count)
-_PIECES = (
-    ("embed (chapter 01)", ("embed",)),
-    ("apply_rope or rope_qkv (chapter 02)", ("apply_rope", "rope_qkv")),
-    ("attention (chapter 03)", ("attention",)),
-    ("rms_norm (this chapter)", ("rms_norm",)),
-    ("swiglu (this chapter)", ("swiglu",)),
-)
+
+
+def _pieces() -> tuple[tuple[Text, tuple[str, ...]], ...]:
+    """What the forward must be built from: (what to tell the learner, names that count)."""
+    return (
+        (tr("embed (chapter 01)"), ("embed",)),
+        (tr("apply_rope or rope_qkv (chapter 02)"), ("apply_rope", "rope_qkv")),
+        (tr("attention (chapter 03)"), ("attention",)),
+        (tr("rms_norm (this chapter)"), ("rms_norm",)),
+        (tr("swiglu (this chapter)"), ("swiglu",)),
+    )
 
 
 def _reference_model(cfg: Qwen3Config, weights: dict[str, torch.Tensor]) -> torch.nn.Module:
@@ -102,15 +106,15 @@ def _random_cases() -> Iterator[tuple]:
             yield weights, cfg, ids, real, model(ids, attention_mask=real)
 
 
-def _where(cfg: Qwen3Config, ids: torch.Tensor, attention_mask: torch.Tensor | None) -> str:
+def _where(cfg: Qwen3Config, ids: torch.Tensor, attention_mask: torch.Tensor | None) -> Text:
     """How a run of my_qwen3_forward is written in a message."""
     B, T = ids.shape
-    what = f"my_qwen3_forward on ids [{B}, {T}]"
-    if attention_mask is not None:
-        what += f" (left-padded, real lengths {attention_mask.sum(-1).tolist()})"
     shape = (f"C={cfg.hidden_size}, Hq={cfg.num_attention_heads}, "
              f"Hkv={cfg.num_key_value_heads}, D={cfg.head_dim}, L={cfg.num_hidden_layers}")
-    return f"{what}, {shape}"
+    if attention_mask is None:
+        return tr("my_qwen3_forward on ids [{B}, {T}], {shape}", B=B, T=T, shape=shape)
+    return tr("my_qwen3_forward on ids [{B}, {T}] (left-padded, real lengths {lengths}), {shape}",
+              B=B, T=T, lengths=attention_mask.sum(-1).tolist(), shape=shape)
 
 
 def _compare_forward(fn: Callable, weights: dict[str, torch.Tensor], cfg: Qwen3Config,
@@ -120,19 +124,20 @@ def _compare_forward(fn: Callable, weights: dict[str, torch.Tensor], cfg: Qwen3C
     with torch.no_grad():
         got = fn(dict(weights), cfg, ids, attention_mask)
     where = _where(cfg, ids, attention_mask)
-    expect_shape(got, tuple(want.shape), f"the logits of {where}")
+    expect_shape(got, tuple(want.shape), tr("the logits of {where}", where=where))
     expect(got.dtype == torch.float32,
-           f"the logits of {where} have dtype {_name(got.dtype)}; the weights are float32, "
-           "so the logits should be too.")
+           tr("the logits of {where} have dtype {dtype}; the weights are float32, so the logits "
+              "should be too.", where=where, dtype=_name(got.dtype)))
     real = (torch.ones(ids.shape, dtype=torch.bool) if attention_mask is None
             else attention_mask.bool())
     diff = (got - want)[real].abs()  # [positions, V]: padded positions are not compared
     if diff.isnan().any():
         raise CheckFailed(
-            f"{where} gives NaN at real positions. A padding query that may read no key at all "
-            "gets a softmax over -inf only (NaN); the NaN then reaches real tokens through the "
-            "next layer's values, even where their weight is 0 (0 * NaN = NaN)."
-            if attention_mask is not None else f"{where} gives NaN logits."
+            tr("{where} gives NaN at real positions. A padding query that may read no key at "
+               "all gets a softmax over -inf only (NaN); the NaN then reaches real tokens "
+               "through the next layer's values, even where their weight is 0 (0 * NaN = NaN).",
+               where=where)
+            if attention_mask is not None else tr("{where} gives NaN logits.", where=where)
         )
     worst = float(diff.max())
     if worst <= _ATOL:
@@ -144,15 +149,17 @@ def _compare_forward(fn: Callable, weights: dict[str, torch.Tensor], cfg: Qwen3C
         single = fn(dict(weights), cfg, ids[:1, s:s + 1])
     if not isinstance(single, torch.Tensor) or tuple(single.shape[:2]) != (1, 1) \
             or (single[0, 0] - want[0, s]).abs().max() > _ATOL:
-        hint = (" Even one token alone is off. A single token's attention reads only its own "
-                "value vector, so q, k, RoPE and the mask play no part there: look at the "
-                "embedding, the norms and their weights, the residual adds, the MLP, v and "
-                "o_proj, the final norm and the LM head.")
+        hint = tr(" Even one token alone is off. A single token's attention reads only its own "
+                  "value vector, so q, k, RoPE and the mask play no part there: look at the "
+                  "embedding, the norms and their weights, the residual adds, the MLP, v and "
+                  "o_proj, the final norm and the LM head.")
     else:
-        hint = (" One token alone comes out right, so the mistake is where tokens meet: q and "
-                "k (QK-norm, RoPE and its positions), the causal mask, the padding, the scores.")
-    raise CheckFailed(f"{where}: the logits are off from the reference model's by up to "
-                      f"{worst:.3g} (allowed {_ATOL:g})." + hint)
+        hint = tr(" One token alone comes out right, so the mistake is where tokens meet: q and "
+                  "k (QK-norm, RoPE and its positions), the causal mask, the padding, the "
+                  "scores.")
+    raise CheckFailed(tr("{where}: the logits are off from the reference model's by up to "
+                         "{worst:.3g} (allowed {atol:g}).{hint}", where=where, worst=worst,
+                         atol=_ATOL, hint=hint))
 
 
 @exercise("ch04.my_qwen3_forward", "returns float32 logits [B, T, V] for bard's weights")
@@ -163,7 +170,8 @@ def _forward_shape(fn: Callable) -> None:
         got = fn(dict(weights), cfg, ids)
     expect_shape(got, tuple(want.shape), f"my_qwen3_forward(weights, cfg, ids {tuple(ids.shape)})")
     expect(got.dtype == torch.float32,
-           f"my_qwen3_forward returned {_name(got.dtype)} logits; float32 weights give float32.")
+           tr("my_qwen3_forward returned {dtype} logits; float32 weights give float32.",
+              dtype=_name(got.dtype)))
 
 
 @exercise("ch04.my_qwen3_forward",
@@ -195,8 +203,9 @@ def _forward_own_pieces(fn: Callable) -> None:
     ids = alone[0][0]
     with spy_calls(fn) as calls, torch.no_grad():
         fn(dict(weights), cfg, ids)
-    missing = [what for what, names in _PIECES if not any(calls[n] for n in names)]
+    missing = [what for what, names in _pieces() if not any(calls[n] for n in names)]
     expect(not missing,
-           "my_qwen3_forward never called your own " + ", ".join(missing) + ". The capstone "
-           "is your model: it must run the functions you wrote (loaded with learner_module "
-           "from your notebooks of chapters 01-03, and this notebook's), not the package's.")
+           tr("my_qwen3_forward never called your own {missing}. The capstone is your model: it "
+              "must run the functions you wrote (loaded with learner_module from your notebooks "
+              "of chapters 01-03, and this notebook's), not the package's.",
+              missing=join(tr(", "), missing)))

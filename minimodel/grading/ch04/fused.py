@@ -12,6 +12,7 @@ import torch
 
 from minimodel.grading.ch04.common import _HALF, _TOL, _name
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_close, expect_shape
+from minimodel.grading.i18n import tr
 from minimodel.ops import fused_add_rms_norm as ref_fused
 from minimodel.ops import rms_norm as ref_rms_norm
 
@@ -22,11 +23,13 @@ def _call_fused(fn: Callable, x: torch.Tensor, residual: torch.Tensor, w: torch.
     out = fn(x, residual, w, eps)
     pair = isinstance(out, (tuple, list))
     expect(pair and len(out) == 2,
-           "fused_add_rms_norm should return a pair (normed, new_residual), got "
-           f"{type(out).__name__}{f' of {len(out)}' if pair else ''}.")
+           tr("fused_add_rms_norm should return a pair (normed, new_residual), got {type} of "
+              "{n}.", type=type(out).__name__, n=len(out)) if pair else
+           tr("fused_add_rms_norm should return a pair (normed, new_residual), got {type}.",
+              type=type(out).__name__))
     normed, new_residual = out
-    expect_shape(normed, tuple(x.shape), "normed (the first output)")
-    expect_shape(new_residual, tuple(x.shape), "new_residual (the second output)")
+    expect_shape(normed, tuple(x.shape), tr("normed (the first output)"))
+    expect_shape(new_residual, tuple(x.shape), tr("new_residual (the second output)"))
     return normed, new_residual
 
 
@@ -36,32 +39,33 @@ def _check_fused(fn: Callable, x: torch.Tensor, residual: torch.Tensor, w: torch
     want_normed, want_residual = ref_fused(x.clone(), residual.clone(), w, eps)
     old_residual = residual.clone()
     normed, new_residual = _call_fused(fn, x, residual, w, eps)
-    where = f"for x {tuple(x.shape)} {_name(x.dtype)}"
+    where = tr("for x {shape} {dtype}", shape=tuple(x.shape), dtype=_name(x.dtype))
     tol = _TOL[x.dtype]
     for name, got in (("normed", normed), ("new_residual", new_residual)):
         expect(got.dtype == x.dtype,
-               f"{name} has dtype {_name(got.dtype)} {where}; return x's dtype.")
+               tr("{name} has dtype {dtype} {where}; return x's dtype.", name=name,
+                  dtype=_name(got.dtype), where=where))
     if not torch.allclose(new_residual.float(), want_residual.float(), atol=tol, rtol=tol):
         hint = ""
         if torch.equal(new_residual, old_residual):
-            hint = " It equals the old residual: the new residual stream is x + residual."
+            hint = tr(" It equals the old residual: the new residual stream is x + residual.")
         elif torch.allclose(new_residual.float(), want_normed.float(), atol=tol, rtol=tol):
-            hint = (" It equals the normed output: the residual stream carries x + residual "
-                    "un-normalised, or every layer's input would shrink to RMS 1.")
+            hint = tr(" It equals the normed output: the residual stream carries x + residual "
+                      "un-normalised, or every layer's input would shrink to RMS 1.")
         elif torch.equal(new_residual, x):
-            hint = " It equals x: add the old residual to it."
-        raise CheckFailed(f"new_residual (the second output) is not x + residual {where}." + hint)
+            hint = tr(" It equals x: add the old residual to it.")
+        raise CheckFailed(tr("new_residual (the second output) is not x + residual {where}."
+                             "{hint}", where=where, hint=hint))
     if not torch.allclose(normed.float(), want_normed.float(), atol=tol, rtol=tol):
         hint = ""
         if torch.allclose(normed.float(), ref_rms_norm(x, w, eps).float(), atol=tol, rtol=tol):
-            hint = " It equals rms_norm(x): normalise the sum x + residual."
+            hint = tr(" It equals rms_norm(x): normalise the sum x + residual.")
         elif torch.allclose(normed.float(), want_residual.float(), atol=tol, rtol=tol):
-            hint = " It equals x + residual: did you swap the two outputs?"
+            hint = tr(" It equals x + residual: did you swap the two outputs?")
         worst = float((normed.float() - want_normed.float()).abs().max())
-        raise CheckFailed(
-            f"normed (the first output) is off from rms_norm(x + residual) {where}: "
-            f"max abs diff {worst:.3g}." + hint
-        )
+        raise CheckFailed(tr(
+            "normed (the first output) is off from rms_norm(x + residual) {where}: max abs diff "
+            "{worst:.3g}.{hint}", where=where, worst=worst, hint=hint))
 
 
 @exercise("ch04.fused_add_rms_norm", "returns (rms_norm(x + residual), x + residual)")
@@ -95,4 +99,5 @@ def _fused_chain(fn: Callable) -> None:
         normed, residual = _call_fused(fn, out, residual, norms[i], eps)
         out = normed @ subs[i]
     final, _ = _call_fused(fn, out, residual, norms[-1], eps)
-    expect_close(final, want, "the final hidden state of the fused chain", atol=1e-4, rtol=1e-4)
+    expect_close(final, want, tr("the final hidden state of the fused chain"), atol=1e-4,
+                 rtol=1e-4)

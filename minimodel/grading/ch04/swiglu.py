@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from minimodel.grading.ch04.common import _HALF, _name
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
+from minimodel.grading.i18n import Text, tr
 from minimodel.ops import silu_and_mul
 
 
@@ -36,22 +37,24 @@ def _expected_swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
 
 
 def _diagnose_swiglu(out: torch.Tensor, x: torch.Tensor, w_gate: torch.Tensor,
-                     w_up: torch.Tensor, w_down: torch.Tensor) -> str:
+                     w_up: torch.Tensor, w_down: torch.Tensor) -> Text | str:
     """A hint naming the classic SwiGLU mistake that `out` reproduces, or "" if none does."""
     x, wg, wu, wd = (t.double() for t in (x, w_gate, w_up, w_down))
     g, u = x @ wg.T, x @ wu.T
-    variants = {
-        " It matches relu(gate) * up: Qwen3 uses silu(z) = z * sigmoid(z).": F.relu(g) * u,
-        " It matches gelu(gate) * up: Qwen3 uses silu(z) = z * sigmoid(z).": F.gelu(g) * u,
-        " It matches sigmoid(gate) * up: silu is z * sigmoid(z), not sigmoid(z).":
-            torch.sigmoid(g) * u,
-        " It matches gate * silu(up): the activation goes on the gate projection.": g * F.silu(u),
-        " It matches silu(gate * up): apply silu to the gate alone, then multiply.": F.silu(g * u),
-        " It matches silu(gate) without the up projection: multiply by up(x).": F.silu(g),
-        " It matches gate * up with no activation: apply silu to the gate.": g * u,
-    }
+    variants = (
+        (tr(" It matches relu(gate) * up: Qwen3 uses silu(z) = z * sigmoid(z)."), F.relu(g) * u),
+        (tr(" It matches gelu(gate) * up: Qwen3 uses silu(z) = z * sigmoid(z)."), F.gelu(g) * u),
+        (tr(" It matches sigmoid(gate) * up: silu is z * sigmoid(z), not sigmoid(z)."),
+         torch.sigmoid(g) * u),
+        (tr(" It matches gate * silu(up): the activation goes on the gate projection."),
+         g * F.silu(u)),
+        (tr(" It matches silu(gate * up): apply silu to the gate alone, then multiply."),
+         F.silu(g * u)),
+        (tr(" It matches silu(gate) without the up projection: multiply by up(x)."), F.silu(g)),
+        (tr(" It matches gate * up with no activation: apply silu to the gate."), g * u),
+    )
     got = out.double()
-    for hint, h in variants.items():
+    for hint, h in variants:
         wrong = h @ wd.T
         if wrong.shape == got.shape and torch.allclose(got, wrong, atol=1e-4, rtol=1e-4):
             return hint
@@ -67,15 +70,15 @@ def _compare_swiglu(fn: Callable, lead: tuple[int, ...], C: int, I: int,
     out = fn(x, w_gate, w_up, w_down)
     what = f"swiglu(x {tuple(x.shape)} {_name(dtype)}, I={I})"
     expect_shape(out, tuple(x.shape), what)
-    expect(out.dtype == dtype, f"{what} returned {_name(out.dtype)}; keep x's dtype.")
+    expect(out.dtype == dtype,
+           tr("{what} returned {got}; keep x's dtype.", what=what, got=_name(out.dtype)))
     expected = _expected_swiglu(x, w_gate, w_up, w_down)
     tol = {torch.float32: 1e-4, torch.bfloat16: 5e-2, torch.float16: 5e-3}[dtype]
     if not torch.allclose(out.double(), expected, atol=tol, rtol=tol):
         worst = float((out.double() - expected).abs().max())
-        raise CheckFailed(
-            f"{what} is off from down(silu(gate(x)) * up(x)): max abs diff {worst:.3g}."
-            + _diagnose_swiglu(out, x, w_gate, w_up, w_down)
-        )
+        raise CheckFailed(tr(
+            "{what} is off from down(silu(gate(x)) * up(x)): max abs diff {worst:.3g}.{hint}",
+            what=what, worst=worst, hint=_diagnose_swiglu(out, x, w_gate, w_up, w_down)))
 
 
 @exercise("ch04.swiglu", "returns [..., C] for 1-D to 3-D inputs (weights [I, C], [I, C], [C, I])")

@@ -14,6 +14,7 @@ import torch
 from minimodel.grading.ch05.common import NEG_INF, _ints
 from minimodel.grading.ch05.oracle import _margin_to_p, _top_p_mask
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
+from minimodel.grading.i18n import tr
 from minimodel.sampling import top_k_filter as package_top_k
 
 DRAWS = 8000  # draws per distribution in the statistical checks
@@ -58,12 +59,13 @@ def _settings(t: float, k: int, p: float) -> str:
 def _tokens(out: object, B: int, what: str) -> torch.Tensor:
     """`out` checked to be token ids Long [B]."""
     if isinstance(out, torch.Tensor) and out.dim() == 0 and B == 1:
-        raise CheckFailed(f"{what} should have shape (1,), got a 0-d tensor: squeeze() drops "
-                          "every dimension of size 1, and with B=1 that includes the batch")
+        raise CheckFailed(tr("{what} should have shape (1,), got a 0-d tensor: squeeze() drops "
+                             "every dimension of size 1, and with B=1 that includes the batch",
+                             what=what))
     expect_shape(out, (B,), what)
     assert isinstance(out, torch.Tensor)
-    expect(out.dtype == torch.long, f"{what} should be token ids of dtype torch.long (int64), "
-                                    f"got {out.dtype}")
+    expect(out.dtype == torch.long, tr("{what} should be token ids of dtype torch.long (int64), "
+                                       "got {got}", what=what, got=out.dtype))
     return out
 
 
@@ -89,7 +91,8 @@ def _sample_logits(configs: list[tuple[float, int, float]]) -> torch.Tensor:
                     break
         if ok:
             return logits
-    raise AssertionError("could not draw logits with clear top-p boundaries")  # pragma: no cover
+    raise AssertionError(  # pragma: no cover
+        tr("could not draw logits with clear top-p boundaries"))
 
 
 def _call(fn: Callable, logits: torch.Tensor, t: float, k: int, p: float,
@@ -116,7 +119,8 @@ def _sample_shape(fn: Callable) -> None:
                             (3, 151936, (0.8, 20, 0.9)), (2, 7, (1.0, 1, 1.0))]:
         out = _call(fn, torch.randn(B, V), t, k, p, _gen(0))
         expect(bool(((out >= 0) & (out < V)).all()),
-               f"sample returned ids {out.tolist()}, outside the vocabulary 0..{V - 1}")
+               tr("sample returned ids {ids}, outside the vocabulary 0..{last}", ids=out.tolist(),
+                  last=V - 1))
 
 
 @exercise("ch05.sample", "temperature 0 is greedy: the argmax of each row, whatever top-k/p")
@@ -129,9 +133,10 @@ def _sample_greedy(fn: Callable) -> None:
             out = _call(fn, logits, 0.0, k, p, _gen(1))
             want = logits.argmax(-1)
             expect(torch.equal(out, want),
-                   f"sample(logits [{B}, {V}] in {dtype}, temperature=0) should return the argmax "
-                   f"of each row {want.tolist()}, got {out.tolist()}: temperature 0 means greedy "
-                   "(do not divide by 0, and do not draw)")
+                   tr("sample(logits [{B}, {V}] in {dtype}, temperature=0) should return the "
+                      "argmax of each row {want}, got {got}: temperature 0 means greedy (do not "
+                      "divide by 0, and do not draw)", B=B, V=V, dtype=dtype, want=want.tolist(),
+                      got=out.tolist()))
 
 
 @exercise("ch05.sample", "top_k=1, or a temperature near 0, is greedy too")
@@ -143,11 +148,12 @@ def _sample_greedy_limits(fn: Callable) -> None:
     logits = logits[gap_ok]
     want = logits.argmax(-1)
     out = _call(fn, logits, 1.0, 1, 1.0, _gen(2))
-    expect(torch.equal(out, want), "sample(..., temperature=1.0, top_k=1) should always return "
-                                   "the argmax: top-k with k=1 keeps only the best token")
+    expect(torch.equal(out, want), tr("sample(..., temperature=1.0, top_k=1) should always "
+                                      "return the argmax: top-k with k=1 keeps only the best "
+                                      "token"))
     out = _call(fn, logits, 1e-3, 0, 1.0, _gen(3))
-    expect(torch.equal(out, want), "sample(..., temperature=0.001) should return the argmax: "
-                                   "a tiny temperature puts almost all probability on it")
+    expect(torch.equal(out, want), tr("sample(..., temperature=0.001) should return the argmax: "
+                                      "a tiny temperature puts almost all probability on it"))
 
 
 @exercise("ch05.sample", "never draws a token that temperature -> top-k -> top-p removed")
@@ -157,13 +163,12 @@ def _sample_support(fn: Callable) -> str:
         ok = allowed.gather(-1, out[:, None])[:, 0]
         if not ok.all():
             i = int((~ok).nonzero()[0])
-            raise CheckFailed(
-                f"with {_settings(t, k, p)} only {int(allowed[i].sum())} of the {len(SHAPED)} "
-                f"tokens may be drawn, but sample drew token {int(out[i])}, which was filtered "
-                "out (apply temperature first, then top-k, then top-p on the probabilities of "
-                "what is left)"
-            )
-    return f"{len(SAMPLE_CONFIGS)} configs x {DRAWS} draws"
+            raise CheckFailed(tr(
+                "with {settings} only {allowed} of the {V} tokens may be drawn, but sample drew "
+                "token {token}, which was filtered out (apply temperature first, then top-k, then "
+                "top-p on the probabilities of what is left)", settings=_settings(t, k, p),
+                allowed=int(allowed[i].sum()), V=len(SHAPED), token=int(out[i])))
+    return tr("{n} configs x {draws} draws", n=len(SAMPLE_CONFIGS), draws=DRAWS)
 
 
 @exercise("ch05.sample", "draws with the probabilities of the filtered softmax")
@@ -177,14 +182,14 @@ def _sample_frequencies(fn: Callable) -> str:
             tv = 0.5 * float((freq - want[row]).abs().sum())
             worst = max(worst, tv)
             if tv > 0.05:
-                raise CheckFailed(
-                    f"with {_settings(t, k, p)}, the frequencies of {drawn.numel()} draws are "
-                    f"{_ints(freq, 12)} but the filtered softmax is {_ints(want[row], 12)} (they "
-                    f"differ by {tv:.2f} in total variation; sampling noise is below 0.05). "
-                    "Divide the logits by the temperature, filter, softmax over the vocabulary, "
-                    "then draw"
-                )
-    return f"worst total variation {worst:.3f} over {len(SAMPLE_CONFIGS)} configs"
+                raise CheckFailed(tr(
+                    "with {settings}, the frequencies of {n} draws are {freq} but the filtered "
+                    "softmax is {want} (they differ by {tv:.2f} in total variation; sampling "
+                    "noise is below 0.05). Divide the logits by the temperature, filter, softmax "
+                    "over the vocabulary, then draw", settings=_settings(t, k, p),
+                    n=drawn.numel(), freq=_ints(freq, 12), want=_ints(want[row], 12), tv=tv))
+    return tr("worst total variation {worst:.3f} over {n} configs", worst=worst,
+              n=len(SAMPLE_CONFIGS))
 
 
 @exercise("ch05.sample", "draws from the given generator: same seed, same tokens")
@@ -196,17 +201,17 @@ def _sample_seeded(fn: Callable) -> None:
         torch.manual_seed(2)  # the global generator must not matter
         b = _call(fn, logits, t, k, p, _gen(123))
         expect(torch.equal(a, b),
-               f"two calls with generators seeded alike ({_settings(t, k, p)}) returned "
-               "different tokens: every random number should come from the `generator` "
-               "argument, not from torch's global generator (torch's random functions draw from "
-               "the global one unless they are given another)")
+               tr("two calls with generators seeded alike ({settings}) returned different "
+                  "tokens: every random number should come from the `generator` argument, not "
+                  "from torch's global generator (torch's random functions draw from the global "
+                  "one unless they are given another)", settings=_settings(t, k, p)))
         c = _call(fn, logits, t, k, p, _gen(321))
         expect(not torch.equal(a, c),
-               "generators with different seeds gave the very same 200 tokens: the draw should "
-               "depend on the generator")
+               tr("generators with different seeds gave the very same 200 tokens: the draw "
+                  "should depend on the generator"))
         gen = _gen(7)
         d = _call(fn, logits, t, k, p, gen)
         e = _call(fn, logits, t, k, p, gen)
         expect(not torch.equal(d, e),
-               "two calls in a row with the same generator object gave the same 200 tokens: "
-               "the generator should advance as it is used")
+               tr("two calls in a row with the same generator object gave the same 200 tokens: "
+                  "the generator should advance as it is used"))

@@ -14,6 +14,7 @@ import torch
 from minimodel.grading.ch05.common import NEG_INF, _expect_unfiltered, _first_bad_row, _ints, _kept
 from minimodel.grading.ch05.oracle import _crossing, _margin_to_p, _top_p_mask
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, tr
 
 # (B, V, p, logit scale): flat and peaked rows, small and large p, the real vocabulary size.
 TOP_P_CASES = [
@@ -44,10 +45,10 @@ def _logits_away_from_p(B: int, V: int, p: float, scale: float) -> torch.Tensor:
             logits.scatter_add_(1, favourites, torch.full((B, 30), 14.0))
         if _margin_to_p(logits, p) > (1e-3 if V > 1000 else 2e-5) and _clear_gap(logits, p):
             return logits
-    raise AssertionError(f"could not draw logits away from p={p}")  # pragma: no cover
+    raise AssertionError(tr("could not draw logits away from p={p}", p=p))  # pragma: no cover
 
 
-def _top_p_compare(fn: Callable, logits: torch.Tensor, p: float, what: str) -> None:
+def _top_p_compare(fn: Callable, logits: torch.Tensor, p: float, what: str | Text) -> None:
     """Fail, with the likely mistake, unless fn(logits, p) keeps the expected tokens."""
     want = _top_p_mask(logits, p)
     kept = _kept(fn(logits.clone(), p), logits, what)
@@ -61,31 +62,32 @@ def _top_p_compare(fn: Callable, logits: torch.Tensor, p: float, what: str) -> N
     n_kept = int(kept[row].sum())
     sorted_probs = probs[order]
     mass = float(probs[kept[row]].sum())
-    hint = ""
+    hint: Text | str = ""
     index, threshold = _crossing(logits[row : row + 1], p)
     tied = int((logits[row].double() == threshold[0, 0]).sum())
     if tied > 1 and n_kept < n_want and bool((kept[row] <= want[row]).all()) \
             and n_kept >= int(index) + 1:
-        hint = (f"; {tied} tokens have the same probability as the token that crosses p, but "
-                f"only {tied - (n_want - n_kept)} of them were kept: which of equal tokens "
-                "survives should not depend on where a sort happened to put them, so every "
-                "token as likely as the crossing token stays")
+        hint = tr("; {tied} tokens have the same probability as the token that crosses p, but "
+                  "only {kept} of them were kept: which of equal tokens survives should not "
+                  "depend on where a sort happened to put them, so every token as likely as the "
+                  "crossing token stays", tied=tied, kept=tied - (n_want - n_kept))
     elif n_kept == n_want - 1 and torch.equal(kept[row][order][:n_kept],
                                               torch.ones(n_kept, dtype=torch.bool)):
-        hint = (f"; it dropped the token that crosses p (the one that brings the sum from "
-                f"{float(sorted_probs[:n_kept].sum()):.3f} to "
-                f"{float(sorted_probs[:n_want].sum()):.3f}): that token is kept")
+        hint = tr("; it dropped the token that crosses p (the one that brings the sum from "
+                  "{before:.3f} to {after:.3f}): that token is kept",
+                  before=float(sorted_probs[:n_kept].sum()),
+                  after=float(sorted_probs[:n_want].sum()))
     elif n_kept == 0:
-        hint = "; it removed every token: the most likely token always stays"
+        hint = tr("; it removed every token: the most likely token always stays")
     elif n_kept > 0 and not kept[row][order[0]]:
-        hint = "; it removed the most likely token: keep the most likely, drop the tail"
+        hint = tr("; it removed the most likely token: keep the most likely, drop the tail")
     elif mass < p:
-        hint = f"; the kept tokens hold only {mass:.3f} of the probability, less than p"
-    raise CheckFailed(
-        f"{what}: row {row} {differs} (the smallest set of most likely tokens whose "
-        f"probabilities sum to >= p={p}, from the softmax of the row, and every token tied with "
-        f"the last of them){hint}"
-    )
+        hint = tr("; the kept tokens hold only {mass:.3f} of the probability, less than p",
+                  mass=mass)
+    raise CheckFailed(tr(
+        "{what}: row {row} {differs} (the smallest set of most likely tokens whose probabilities "
+        "sum to >= p={p}, from the softmax of the row, and every token tied with the last of "
+        "them){hint}", what=what, row=row, differs=differs, p=p, hint=hint))
 
 
 @exercise("ch05.top_p_filter", "keeps each row's smallest most-likely set with mass >= p")
@@ -94,7 +96,7 @@ def _top_p_values(fn: Callable) -> str:
         logits = _logits_away_from_p(B, V, p, scale)
         logits[-1] += 5.0  # a shift changes no probability: the filter must not care
         _top_p_compare(fn, logits, p, f"top_p_filter(logits [{B}, {V}], p={p})")
-    return f"{len(TOP_P_CASES)} cases, up to V = 151936"
+    return tr("{n} cases, up to V = 151936", n=len(TOP_P_CASES))
 
 
 @exercise("ch05.top_p_filter", "keeps the token whose probability crosses p")
@@ -104,13 +106,13 @@ def _top_p_crossing(fn: Callable) -> None:
         for _ in range(3):
             perm = torch.randperm(4)
             logits = (base[perm].log() + torch.randn(()) * 3)[None]  # [1, 4], shifted
-            what = (f"top_p_filter with probabilities {[round(float(x), 2) for x in base[perm]]}"
-                    f" and p={p}")
+            what = tr("top_p_filter with probabilities {probs} and p={p}",
+                      probs=[round(float(x), 2) for x in base[perm]], p=p)
             _top_p_compare(fn, logits, p, what)
             kept = fn(logits.clone(), p) != NEG_INF
             expect(int(kept.sum()) == n,
-                   f"{what} should keep {n} token(s), the top ones up to and including the one "
-                   f"that crosses p, got {int(kept.sum())}")
+                   tr("{what} should keep {n} token(s), the top ones up to and including the one "
+                      "that crosses p, got {got}", what=what, n=n, got=int(kept.sum())))
 
 
 def _tied_logits(B: int, V: int, p: float, dtype: torch.dtype) -> torch.Tensor:
@@ -129,7 +131,7 @@ def _tied_logits(B: int, V: int, p: float, dtype: torch.dtype) -> torch.Tensor:
         kept_row0 = int((logits[0].double() >= threshold[0, 0]).sum())
         if kept_row0 > int(index) + 1 and _margin_to_p(logits, p) > (1e-3 if V > 1000 else 1e-4):
             return logits  # row 0: tokens tied with the crossing one come after it in a sort
-    raise AssertionError("could not draw tied logits")  # pragma: no cover
+    raise AssertionError(tr("could not draw tied logits"))  # pragma: no cover
 
 
 @exercise("ch05.top_p_filter", "keeps every token as likely as the one that crosses p (ties)")
@@ -139,17 +141,18 @@ def _top_p_ties(fn: Callable) -> str:
              (2, 151936, 0.9, torch.bfloat16)]
     for B, V, p, dtype in cases:
         logits = _tied_logits(B, V, p, dtype)
-        _top_p_compare(fn, logits, p, f"top_p_filter(logits [{B}, {V}] in {dtype} with ties, "
-                                      f"p={p})")
+        _top_p_compare(fn, logits, p, tr("top_p_filter(logits [{B}, {V}] in {dtype} with ties, "
+                                         "p={p})", B=B, V=V, dtype=dtype, p=p))
     probs = torch.tensor([0.4, 0.2, 0.2, 0.2])  # p=0.5: the first 0.2 crosses, all three tie
     for _ in range(3):
         logits = (probs[torch.randperm(4)].log() + torch.randn(()) * 3)[None]  # [1, 4]
         kept = _kept(fn(logits.clone(), 0.5), logits, "top_p_filter")
         expect(int(kept.sum()) == 4,
-               f"top_p_filter with probabilities {_ints(logits.softmax(-1)[0])} and p=0.5 kept "
-               f"{int(kept.sum())} token(s): 0.4 alone is below 0.5, a 0.2 crosses it, and the "
-               "other two 0.2s are just as likely, so all four stay")
-    return f"{len(cases) + 3} cases, up to V = 151936 in bfloat16"
+               tr("top_p_filter with probabilities {probs} and p=0.5 kept {kept} token(s): 0.4 "
+                  "alone is below 0.5, a 0.2 crosses it, and the other two 0.2s are just as "
+                  "likely, so all four stay", probs=_ints(logits.softmax(-1)[0]),
+                  kept=int(kept.sum())))
+    return tr("{n} cases, up to V = 151936 in bfloat16", n=len(cases) + 3)
 
 
 @exercise("ch05.top_p_filter", "always keeps at least the most likely token")
@@ -158,15 +161,16 @@ def _top_p_at_least_one(fn: Callable) -> None:
         logits = torch.randn(B, V) * 2
         logits[:, 0] += 20  # one clear favourite, with probability far above p
         out = fn(logits.clone(), p)
-        kept = _kept(out, logits, f"top_p_filter(logits [{B}, {V}], p={p})")
+        what = f"top_p_filter(logits [{B}, {V}], p={p})"
+        kept = _kept(out, logits, what)
         n = kept.sum(-1)
         expect(bool((n == 1).all()),
-               f"top_p_filter(logits [{B}, {V}], p={p}) kept {n.tolist()} tokens per row; when "
-               "the most likely token alone reaches p, it is the only one kept: the most likely "
-               "token always stays, so there is always something to sample")
+               tr("{what} kept {n} tokens per row; when the most likely token alone reaches p, it "
+                  "is the only one kept: the most likely token always stays, so there is always "
+                  "something to sample", what=what, n=n.tolist()))
         top = logits.argmax(-1)
         expect(bool(kept[torch.arange(B), top].all()),
-               f"top_p_filter(logits [{B}, {V}], p={p}) removed the most likely token")
+               tr("{what} removed the most likely token", what=what))
 
 
 @exercise("ch05.top_p_filter", "p=1.0 means no filter: the logits come back unchanged")
@@ -176,9 +180,9 @@ def _top_p_one(fn: Callable) -> None:
         logits[:, 0] += peak  # a sure favourite: a float32 running sum is 1.0 from the start
         _expect_unfiltered(fn(logits.clone(), 1.0), logits,
                            f"top_p_filter(logits [{B}, {V}], p=1.0)",
-                           "p=1.0 means no top-p, so every logit stays (a float32 running sum "
-                           "can reach 1.0 long before the tail ends, so at p=1.0 it cannot "
-                           "decide what to drop)", "p=1.0")
+                           tr("p=1.0 means no top-p, so every logit stays (a float32 running "
+                              "sum can reach 1.0 long before the tail ends, so at p=1.0 it "
+                              "cannot decide what to drop)"), "p=1.0")
 
 
 @exercise("ch05.top_p_filter", "works in float64, float16 and bfloat16")
@@ -187,4 +191,5 @@ def _top_p_dtypes(fn: Callable) -> None:
     for dtype in (torch.float64, torch.float16, torch.bfloat16):
         rows = torch.stack([base[torch.randperm(6)].log() for _ in range(3)])  # [3, 6]
         logits = rows.to(dtype)
-        _top_p_compare(fn, logits, 0.7, f"top_p_filter(logits [3, 6] in {dtype}, p=0.7)")
+        _top_p_compare(fn, logits, 0.7,
+                       tr("top_p_filter(logits [3, 6] in {dtype}, p=0.7)", dtype=dtype))

@@ -14,6 +14,7 @@ import torch
 from minimodel.grading.ch06.common import _expect_token_list
 from minimodel.grading.common import clip, first_difference
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import tr
 
 
 class FakeModel:
@@ -45,14 +46,15 @@ class FakeModel:
         """forward_all: logits [1, T, V] whose argmax at each position is next_token of the prefix
         up to it; ids must be Long [1, T]."""
         if not isinstance(ids, torch.Tensor):
-            raise CheckFailed(f"forward_all was called with a {type(ids).__name__}; it takes a "
-                              "LongTensor of ids [1, T]")
+            raise CheckFailed(tr("forward_all was called with a {kind}; it takes a LongTensor of "
+                                 "ids [1, T]", kind=type(ids).__name__))
         if ids.dim() != 2 or ids.shape[0] != 1:
-            raise CheckFailed(f"forward_all was called with shape {tuple(ids.shape)}; it takes "
-                              "ids [1, T] (one sequence: keep the batch dimension)")
+            raise CheckFailed(tr("forward_all was called with shape {shape}; it takes ids [1, T] "
+                                 "(one sequence: keep the batch dimension)",
+                                 shape=tuple(ids.shape)))
         if ids.dtype != torch.long:
-            raise CheckFailed(f"forward_all was called with {ids.dtype} ids; token ids are "
-                              "torch.long")
+            raise CheckFailed(tr("forward_all was called with {dtype} ids; token ids are "
+                                 "torch.long", dtype=ids.dtype))
         seq = [int(t) for t in ids[0]]
         self.calls.append(seq)
         T = len(seq)
@@ -87,8 +89,9 @@ def _run(fn: Callable, model: FakeModel, prompt: list[int], n: int,
     tokens = torch.tensor([prompt], dtype=torch.long)  # [1, T]
     model.calls.clear()
     out = fn(model, tokens.clone(), n, eos_id)
-    what = f"generate(prompt of {len(prompt)} tokens, max_new_tokens={n}, eos_id={eos_id})"
-    return _expect_token_list(out, what, "a list of ints", " (use int(token))")
+    what = tr("generate(prompt of {T} tokens, max_new_tokens={n}, eos_id={eos_id})",
+              T=len(prompt), n=n, eos_id=eos_id)
+    return _expect_token_list(out, what, tr("a list of ints"), tr(" (use int(token))"))
 
 
 # (V, prompt length, max_new_tokens)
@@ -101,9 +104,9 @@ def _gen_length(fn: Callable) -> None:
         model, prompt = _case(V, T)
         out = _run(fn, model, prompt, n, None)
         if len(out) == T + n and out[:T] == prompt:
-            raise CheckFailed("generate returned the prompt too; return only the new tokens")
-        expect(len(out) == n, f"with max_new_tokens={n} and no EOS, generate should return {n} "
-                              f"tokens, got {len(out)}")
+            raise CheckFailed(tr("generate returned the prompt too; return only the new tokens"))
+        expect(len(out) == n, tr("with max_new_tokens={n} and no EOS, generate should return {n} "
+                                 "tokens, got {got}", n=n, got=len(out)))
 
 
 @exercise("ch06.generate", "each new token is the argmax of the last position's logits")
@@ -114,12 +117,11 @@ def _gen_greedy(fn: Callable) -> None:
         want = model.greedy(prompt, n, None)
         if out != want:
             k = first_difference(out, want)
-            raise CheckFailed(
-                f"with a prompt of {T} tokens (V={V}), the greedy tokens are {clip(want)}, got "
-                f"{clip(out)} (first difference at new token {k}): the next token is the argmax, "
-                "over the vocabulary, of the logits at the last position (the only position "
-                "that has read the whole sequence)"
-            )
+            raise CheckFailed(tr(
+                "with a prompt of {T} tokens (V={V}), the greedy tokens are {want}, got {got} "
+                "(first difference at new token {k}): the next token is the argmax, over the "
+                "vocabulary, of the logits at the last position (the only position that has read "
+                "the whole sequence)", T=T, V=V, want=clip(want), got=clip(out), k=k))
 
 
 @exercise("ch06.generate", "every call shows the model the whole sequence so far")
@@ -131,11 +133,11 @@ def _gen_whole_sequence(fn: Callable) -> None:
         for i, seen in enumerate(model.calls[: len(out)]):
             want = seq[: T + i]
             if seen != want:
-                raise CheckFailed(
-                    f"call {i} of the model got {len(seen)} token(s) {clip(seen, 6)}; it "
-                    f"should get the prompt and the {i} token(s) generated so far ({len(want)} "
-                    "tokens): without a cache the model needs the whole sequence every step"
-                )
+                raise CheckFailed(tr(
+                    "call {i} of the model got {n} token(s) {seen}; it should get the prompt and "
+                    "the {i} token(s) generated so far ({want} tokens): without a cache the model "
+                    "needs the whole sequence every step", i=i, n=len(seen), seen=clip(seen, 6),
+                    want=len(want)))
 
 
 @exercise("ch06.generate", "calls the model once per new token, never more")
@@ -144,8 +146,9 @@ def _gen_calls(fn: Callable) -> None:
         model, prompt = _case(V, T)
         out = _run(fn, model, prompt, n, None)
         expect(len(model.calls) == len(out),
-               f"generate made {len(model.calls)} model calls for {len(out)} new tokens "
-               f"(max_new_tokens={n}); one call per token: no extra call after the last one")
+               tr("generate made {calls} model calls for {n} new tokens (max_new_tokens={limit}); "
+                  "one call per token: no extra call after the last one",
+                  calls=len(model.calls), n=len(out), limit=n))
 
 
 @exercise("ch06.generate", "max_new_tokens=0 returns [] and never calls the model")
@@ -153,10 +156,11 @@ def _gen_zero(fn: Callable) -> None:
     for V, T in [(50, 1), (1000, 6)]:
         model, prompt = _case(V, T)
         out = _run(fn, model, prompt, 0, None)
-        expect(not model.calls, f"generate(max_new_tokens=0) called the model "
-                                f"{len(model.calls)} time(s); with nothing to generate it "
-                                "should not run the model at all")
-        expect(out == [], f"generate(max_new_tokens=0) should return [], got {clip(out)}")
+        expect(not model.calls, tr("generate(max_new_tokens=0) called the model {n} time(s); "
+                                   "with nothing to generate it should not run the model at all",
+                                   n=len(model.calls)))
+        expect(out == [], tr("generate(max_new_tokens=0) should return [], got {got}",
+                             got=clip(out)))
 
 
 @exercise("ch06.generate", "stops right after EOS, and EOS is part of the output")
@@ -167,14 +171,16 @@ def _gen_eos(fn: Callable) -> None:
         want = model.greedy(prompt, n, eos)
         out = _run(fn, model, prompt, n, eos)
         if out == want[:-1]:
-            raise CheckFailed(f"generate stopped at EOS but left it out: expected {clip(want)} "
-                              f"ending with EOS {eos}, got {clip(out)}; EOS is a generated "
-                              "token and belongs to the output")
-        expect(out == want, f"with eos_id={eos}, generate should return {clip(want)} (stop "
-                            f"right after EOS, EOS included), got {clip(out)}")
+            raise CheckFailed(tr("generate stopped at EOS but left it out: expected {want} "
+                                 "ending with EOS {eos}, got {got}; EOS is a generated token and "
+                                 "belongs to the output", want=clip(want), eos=eos,
+                                 got=clip(out)))
+        expect(out == want, tr("with eos_id={eos}, generate should return {want} (stop right "
+                               "after EOS, EOS included), got {got}", eos=eos, want=clip(want),
+                               got=clip(out)))
         expect(len(model.calls) == len(want),
-               f"generate called the model {len(model.calls)} times for {len(want)} tokens "
-               "ending with EOS; after EOS there is nothing more to compute")
+               tr("generate called the model {calls} times for {n} tokens ending with EOS; after "
+                  "EOS there is nothing more to compute", calls=len(model.calls), n=len(want)))
 
 
 @exercise("ch06.generate", "eos_id=0 is a token like any other; EOS in the prompt is not a stop")
@@ -182,9 +188,9 @@ def _gen_eos_edge(fn: Callable) -> None:
     model, prompt = _case(300, 4)
     model.offset = -model.hash(prompt) % model.V  # the first new token is 0
     out = _run(fn, model, prompt, 5, 0)
-    expect(out == [0], f"with eos_id=0 and the model's first token 0, generate should return "
-                       f"[0], got {clip(out)}: 0 is a real token id, even though Python treats "
-                       "it as false")
+    expect(out == [0], tr("with eos_id=0 and the model's first token 0, generate should return "
+                          "[0], got {got}: 0 is a real token id, even though Python treats it as "
+                          "false", got=clip(out)))
     for V, T, n in [(50, 5, 6), (1000, 3, 8)]:
         model, prompt = _case(V, T)
         for eos in range(V):  # an EOS in the prompt that the loop then never produces
@@ -193,7 +199,7 @@ def _gen_eos_edge(fn: Callable) -> None:
             if eos not in want:
                 break
         out = _run(fn, model, prompt, n, eos)
-        expect(out == want, f"the prompt holds EOS ({eos}) at position 1; only a generated EOS "
-                            f"stops the loop, so generate should return {clip(want)}, got "
-                            f"{clip(out)}")
+        expect(out == want, tr("the prompt holds EOS ({eos}) at position 1; only a generated "
+                               "EOS stops the loop, so generate should return {want}, got {got}",
+                               eos=eos, want=clip(want), got=clip(out)))
 

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from minimodel.grading.i18n import tr
+
 if TYPE_CHECKING:
     from minimodel.config import Qwen3Config
     from minimodel.reference.model import Qwen3ForCausalLM
@@ -59,7 +61,7 @@ def _engine_greedy() -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
             chosen = logits.gather(-1, torch.tensor(new)[:, None])[:, 0]
             if bool(((chosen == top2[:, 0]) & (top2[:, 0] - top2[:, 1] > 1e-3)).all()):
                 clear.append((tuple(ids), tuple(new)))
-    assert len(clear) >= 3, "too few prompts with a clear greedy path"
+    assert len(clear) >= 3, tr("too few prompts with a clear greedy path")
     return tuple(clear)
 
 

@@ -15,6 +15,7 @@ import torch
 
 from minimodel.grading.ch06.common import _pick
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, tr
 
 if TYPE_CHECKING:
     from minimodel.tokenizer import Tokenizer
@@ -89,11 +90,12 @@ def _stream_cases() -> list[list[int]]:
 def _deltas(fn: Callable, ids: list[int]) -> list[str]:
     """fn(tokenizer, ids), checked to be a list of str."""
     out = fn(_tokenizer(), list(ids))
-    what = f"stream_text(tokenizer, {len(ids)} ids)"
-    expect(isinstance(out, list), f"{what} should return a list of str, got {type(out).__name__}")
+    what = tr("stream_text(tokenizer, {n} ids)", n=len(ids))
+    expect(isinstance(out, list), tr("{what} should return a list of str, got {got}", what=what,
+                                     got=type(out).__name__))
     kinds = {type(d).__name__ for d in out if not isinstance(d, str)}
-    expect(not kinds, f"{what} should return a list of str, got items of type "
-                      f"{', '.join(sorted(kinds))}")
+    expect(not kinds, tr("{what} should return a list of str, got items of type {kinds}",
+                         what=what, kinds=", ".join(sorted(kinds))))
     return out
 
 
@@ -108,9 +110,10 @@ def _stream_count(fn: Callable) -> str:
     for ids in cases:
         out = _deltas(fn, ids)
         expect(len(out) == len(ids),
-               f"for {len(ids)} tokens ({_text_of(ids)[:20]!r}...) stream_text returned "
-               f"{len(out)} deltas; there is one per token (\"\" while a character is pending)")
-    return f"{len(cases)} texts: Chinese, emoji, rare characters, mixed"
+               tr("for {n} tokens ({text!r}...) stream_text returned {got} deltas; there is one "
+                  "per token (\"\" while a character is pending)", n=len(ids),
+                  text=_text_of(ids)[:20], got=len(out)))
+    return tr("{n} texts: Chinese, emoji, rare characters, mixed", n=len(cases))
 
 
 @exercise("ch06.stream_text", "the deltas join up to exactly tokenizer.decode(ids)")
@@ -119,16 +122,15 @@ def _stream_concat(fn: Callable) -> None:
         out = _deltas(fn, ids)
         got, want = "".join(out), _text_of(ids)
         if got != want:
-            hint = ""
+            hint: Text | str = ""
             if want.endswith(REPLACEMENT) and got == want.rstrip(REPLACEMENT):
-                hint = (": the text ends inside a character, and those last bytes never came "
-                        "out; after the last token, emit whatever is still held back")
+                hint = tr(": the text ends inside a character, and those last bytes never came "
+                          "out; after the last token, emit whatever is still held back")
             elif REPLACEMENT in got:
-                hint = ": a broken character leaked into a delta"
-            raise CheckFailed(
-                f"the deltas joined give {got[-30:]!r} (last 30 chars) but tokenizer.decode(ids) "
-                f"is {want[-30:]!r}{hint}"
-            )
+                hint = tr(": a broken character leaked into a delta")
+            raise CheckFailed(tr(
+                "the deltas joined give {got!r} (last 30 chars) but tokenizer.decode(ids) is "
+                "{want!r}{hint}", got=got[-30:], want=want[-30:], hint=hint))
 
 
 @exercise("ch06.stream_text", "no delta holds a broken character (U+FFFD)")
@@ -139,11 +141,10 @@ def _stream_no_broken(fn: Callable) -> None:
         out = _deltas(fn, ids)
         for i, d in enumerate(out):
             if REPLACEMENT in d:
-                raise CheckFailed(
-                    f"delta {i} is {d!r}: token {ids[i]} ends in the middle of a character, and "
+                raise CheckFailed(tr(
+                    "delta {i} is {d!r}: token {token} ends in the middle of a character, and "
                     "decoding it then gives U+FFFD. Hold those bytes back (emit \"\") until the "
-                    "following token completes the character"
-                )
+                    "following token completes the character", i=i, d=d, token=ids[i]))
 
 
 @exercise("ch06.stream_text", "emits text as soon as the tokens so far form whole characters")
@@ -156,9 +157,9 @@ def _stream_prompt(fn: Callable) -> None:
                 continue  # a character is pending: holding back is right
             got = "".join(out[: i + 1])
             if got != so_far:
-                raise CheckFailed(
-                    f"after token {i} the text so far is {so_far[-20:]!r} (last 20 chars, all "
-                    f"whole characters) but the deltas so far give {got[-20:]!r}: a streaming "
-                    "user should see text as soon as it is complete, not at the end"
-                )
+                raise CheckFailed(tr(
+                    "after token {i} the text so far is {so_far!r} (last 20 chars, all whole "
+                    "characters) but the deltas so far give {got!r}: a streaming user should see "
+                    "text as soon as it is complete, not at the end", i=i, so_far=so_far[-20:],
+                    got=got[-20:]))
 

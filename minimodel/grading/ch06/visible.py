@@ -11,6 +11,7 @@ import torch
 
 from minimodel.grading.ch06.common import _pick
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, tr
 
 STOP_ALPHABET = list("abcxyz ,.!\n") + ["你", "好", "。", "🙂"]
 
@@ -38,11 +39,11 @@ def _visible_call(fn: Callable, text: str, stop: list[str], final: bool) -> tupl
     out = fn(text, list(stop), final)
     what = f"visible_text({text!r}, {stop!r}, final={final})"
     expect(isinstance(out, tuple) and len(out) == 2,
-           f"{what} should return a tuple (text, stopped), got {out!r}")
+           tr("{what} should return a tuple (text, stopped), got {got!r}", what=what, got=out))
     shown, stopped = out
     expect(isinstance(shown, str) and isinstance(stopped, bool),
-           f"{what} should return (str, bool), got ({type(shown).__name__}, "
-           f"{type(stopped).__name__})")
+           tr("{what} should return (str, bool), got ({text}, {flag})", what=what,
+              text=type(shown).__name__, flag=type(stopped).__name__))
     return shown, stopped
 
 
@@ -52,34 +53,37 @@ def _visible_compare(fn: Callable, text: str, stop: list[str], final: bool = Fal
     got = _visible_call(fn, text, stop, final)
     if got == want:
         return
-    hint = ""
+    hint: Text | str = ""
     found = [s for s in stop if s in text]
     if found:
         if got[1] and any(got[0] == text[: text.find(s) + len(s)] for s in found):
-            hint = ": the stop string itself is not part of the output"
+            hint = tr(": the stop string itself is not part of the output")
         elif not got[1]:
-            hint = (": a stop string is in the text (maybe not at its very end: one token can "
-                    "carry a stop string and more), so the text stops there")
+            hint = tr(": a stop string is in the text (maybe not at its very end: one token can "
+                      "carry a stop string and more), so the text stops there")
         elif got[0] == want[0].strip():
-            hint = ": keep the text before the stop string as it is (no stripping of spaces)"
+            hint = tr(": keep the text before the stop string as it is (no stripping of spaces)")
         else:
-            hint = (": cut at the stop string that starts first in the text, whatever its place "
-                    "in the list, and at its first occurrence")
+            hint = tr(": cut at the stop string that starts first in the text, whatever its place "
+                      "in the list, and at its first occurrence")
     elif final and got[0] != text:
-        hint = (": with final=True no more text will come, so nothing can complete a stop "
-                "string: show everything")
+        hint = tr(": with final=True no more text will come, so nothing can complete a stop "
+                  "string: show everything")
     elif got[0] == text and want[0] != text:
-        hint = (f": the end {text[len(want[0]):]!r} could be the start of a stop string, so a "
-                "stream must not show it yet")
+        hint = tr(": the end {end!r} could be the start of a stop string, so a stream must not "
+                  "show it yet", end=text[len(want[0]):])
     elif len(got[0]) < len(want[0]) and text.startswith(got[0]):
         held = text[len(got[0]):]
-        hint = (f": it held back {held!r}, but only {text[len(want[0]):]!r} could still become a "
-                "stop string; text that cannot start one should reach the reader now")
+        hint = tr(": it held back {held!r}, but only {end!r} could still become a stop string; "
+                  "text that cannot start one should reach the reader now", held=held,
+                  end=text[len(want[0]):])
     elif len(got[0]) > len(want[0]) and text.startswith(got[0]):
-        hint = (f": it showed {got[0][len(want[0]):]!r}, which could be the start of a stop "
-                f"string; hold back the longest end of the text that begins a stop string")
-    raise CheckFailed(f"visible_text({text!r}, {stop!r}, final={final}) should return {want!r}, "
-                      f"got {got!r}{hint}")
+        hint = tr(": it showed {shown!r}, which could be the start of a stop string; hold back "
+                  "the longest end of the text that begins a stop string",
+                  shown=got[0][len(want[0]):])
+    raise CheckFailed(tr("visible_text({text!r}, {stop!r}, final={final}) should return "
+                         "{want!r}, got {got!r}{hint}", text=text, stop=stop, final=final,
+                         want=want, got=got, hint=hint))
 
 
 @exercise("ch06.visible_text", "no stop string can start in the text: all of it is shown")
@@ -108,7 +112,7 @@ def _visible_cut(fn: Callable) -> str:
     for text, stop in cases:
         for final in (False, True):
             _visible_compare(fn, text, stop, final)
-    return f"{len(cases)} texts"
+    return tr("{n} texts", n=len(cases))
 
 
 @exercise("ch06.visible_text", "holds back only the longest end that could start a stop string")
@@ -124,7 +128,7 @@ def _visible_hold(fn: Callable) -> str:
         cases.append((text, stop))
     for text, stop in cases:
         _visible_compare(fn, text, stop)
-    return f"{len(cases)} texts"
+    return tr("{n} texts", n=len(cases))
 
 
 @exercise("ch06.visible_text", "final=True: the stream has ended, so nothing is held back")
@@ -146,14 +150,14 @@ def _visible_stream(fn: Callable) -> str:
             for end in cuts:
                 now, stopped = _visible_call(fn, text[:end], stop, end == len(text))
                 if not now.startswith(shown):
-                    raise CheckFailed(
-                        f"streaming {text!r} with stop {stop!r}: the reader had seen {shown!r}, "
-                        f"then visible_text({text[:end]!r}) gave {now!r}, which takes some of "
-                        "it back; text that might start a stop string must not be shown early"
-                    )
+                    raise CheckFailed(tr(
+                        "streaming {text!r} with stop {stop!r}: the reader had seen {shown!r}, "
+                        "then visible_text({part!r}) gave {now!r}, which takes some of it back; "
+                        "text that might start a stop string must not be shown early",
+                        text=text, stop=stop, shown=shown, part=text[:end], now=now))
                 shown = now
                 if stopped:
                     break
             streams += 1
-    return f"{streams} streams"
+    return tr("{n} streams", n=streams)
 

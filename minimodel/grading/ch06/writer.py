@@ -17,6 +17,7 @@ from minimodel.grading.ch06.common import _expect_token_list
 from minimodel.grading.ch06.reference import WRITER_NEW, _bard, _pick_prompts
 from minimodel.grading.common import clip, first_difference
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import tr
 from minimodel.grading.learner import PREFIX, is_learner_function, spy_calls
 
 
@@ -27,7 +28,7 @@ def _write(fn: Callable, ids: tuple[int, ...], n: int, eos_id: int | None = None
     weights, cfg, _, _ = _bard()
     out = fn(dict(weights), cfg, torch.tensor([ids]), n, eos_id, **sampling)
     what = f"my_writer(..., max_new_tokens={n}, eos_id={eos_id})"
-    return _expect_token_list(out, what, "a list of ints (the new token ids)")
+    return _expect_token_list(out, what, tr("a list of ints (the new token ids)"))
 
 
 @exercise("ch06.my_writer", "greedy: token for token what mm.LLM(...).generate writes on bard")
@@ -43,21 +44,24 @@ def _writer_greedy(fn: Callable) -> str:
             continue
         prompt = tok.decode(list(ids))
         if out == want[:-1]:
-            raise CheckFailed(f"for {prompt!r} with max_new_tokens={n}, my_writer returned "
-                              f"{n - 1} tokens, one short of the engine's {n}: the last new "
-                              "token is missing from the result")
+            raise CheckFailed(tr("for {prompt!r} with max_new_tokens={n}, my_writer returned "
+                                 "{short} tokens, one short of the engine's {n}: the last new "
+                                 "token is missing from the result", prompt=prompt, n=n,
+                                 short=n - 1))
         if len(out) != n:
-            raise CheckFailed(f"for {prompt!r} with max_new_tokens={n} and no EOS, my_writer "
-                              f"returned {len(out)} tokens instead of {n}")
+            raise CheckFailed(tr("for {prompt!r} with max_new_tokens={n} and no EOS, my_writer "
+                                 "returned {got} tokens instead of {n}", prompt=prompt, n=n,
+                                 got=len(out)))
         k = first_difference(out, want)
-        raise CheckFailed(
-            f"for {prompt!r} the engine writes {tok.decode(want)!r}, your code "
-            f"{tok.decode(out)!r} (first different token: new token {k}, {out[k]} instead of "
-            f"{want[k]}). The loop's own check passes on fake models, so look at the model: "
-            "does my_qwen3_forward of chapter 04 pass its check, is it given the whole "
-            "sequence, and is the greedy path (temperature 0) the plain argmax?"
-        )
-    return f"{cases} prompts of bard, {WRITER_NEW - 4} to {WRITER_NEW} new tokens each"
+        raise CheckFailed(tr(
+            "for {prompt!r} the engine writes {want!r}, your code {got!r} (first different "
+            "token: new token {k}, {got_k} instead of {want_k}). The loop's own check passes on "
+            "fake models, so look at the model: does my_qwen3_forward of chapter 04 pass its "
+            "check, is it given the whole sequence, and is the greedy path (temperature 0) the "
+            "plain argmax?", prompt=prompt, want=tok.decode(want), got=tok.decode(out), k=k,
+            got_k=out[k], want_k=want[k]))
+    return tr("{n} prompts of bard, {low} to {high} new tokens each", n=cases,
+              low=WRITER_NEW - 4, high=WRITER_NEW)
 
 
 @exercise("ch06.my_writer", "stops right after EOS, and EOS is part of the result")
@@ -68,14 +72,13 @@ def _writer_eos(fn: Callable) -> None:
     want = list(path[: path.index(eos) + 1])
     out = _write(fn, ids, WRITER_NEW, eos_id=eos)
     if out == want[:-1]:
-        raise CheckFailed(f"with eos_id={eos} my_writer stopped before the EOS token: it is a "
-                          "generated token and belongs to the result")
+        raise CheckFailed(tr("with eos_id={eos} my_writer stopped before the EOS token: it is a "
+                             "generated token and belongs to the result", eos=eos))
     went_on = len(out) > len(want) and out[: len(want)] == want
-    expect(out == want, f"with eos_id={eos}, which the model writes as new token "
-                        f"{len(want) - 1}, my_writer should return {clip(want, 12)}, got "
-                        f"{clip(out, 12)}"
-                        + (": it went on after EOS (does eos_id reach your generate?)"
-                           if went_on else ""))
+    hint = tr(": it went on after EOS (does eos_id reach your generate?)") if went_on else ""
+    expect(out == want, tr("with eos_id={eos}, which the model writes as new token {j}, "
+                           "my_writer should return {want}, got {got}{hint}", eos=eos,
+                           j=len(want) - 1, want=clip(want, 12), got=clip(out, 12), hint=hint))
 
 
 @exercise("ch06.my_writer", "runs your generate and your my_qwen3_forward, once per token")
@@ -84,12 +87,13 @@ def _writer_spy(fn: Callable) -> None:
     with spy_calls(fn) as calls:
         out = _write(fn, ids, 3)
     expect(calls["generate"] >= 1,
-           "my_writer never called generate, the loop you wrote in this notebook: the capstone "
-           "is your own loop driving your own model")
+           tr("my_writer never called generate, the loop you wrote in this notebook: the "
+              "capstone is your own loop driving your own model"))
     expect(calls["my_qwen3_forward"] >= len(out) > 0,
-           f"my_writer made {calls['my_qwen3_forward']} call(s) of my_qwen3_forward (from your "
-           f"chapter 04 notebook) for {len(out)} new tokens: the logits must come from your "
-           "model, run on the whole sequence at every step, not from the package's")
+           tr("my_writer made {calls} call(s) of my_qwen3_forward (from your chapter 04 notebook) "
+              "for {n} new tokens: the logits must come from your model, run on the whole "
+              "sequence at every step, not from the package's", calls=calls["my_qwen3_forward"],
+              n=len(out)))
 
 
 @contextmanager
@@ -150,21 +154,22 @@ def _writer_sampling(fn: Callable) -> str:
         with spy_calls(fn) as calls, _draws(fn) as drawn:
             a = _write(fn, ids, n, None, temperature=t, top_k=k, top_p=1.0,
                        generator=torch.Generator().manual_seed(seed))
-        expect(len(a) == n, f"sampling with max_new_tokens={n} and no EOS should give {n} "
-                            f"tokens, got {len(a)}")
+        expect(len(a) == n, tr("sampling with max_new_tokens={n} and no EOS should give {n} "
+                               "tokens, got {got}", n=n, got=len(a)))
         expect(calls["sample"] >= n,
-               f"my_writer made {calls['sample']} call(s) of sample (from your chapter 05 "
-               f"notebook) for {n} sampled tokens: with temperature > 0 each token is drawn by "
-               "your sampler")
+               tr("my_writer made {calls} call(s) of sample (from your chapter 05 notebook) for "
+                  "{n} sampled tokens: with temperature > 0 each token is drawn by your sampler",
+                  calls=calls["sample"], n=n))
         expect(calls["generate"] >= 1,
-               "with temperature > 0 my_writer never called generate: sampled text, too, comes "
-               "out of the loop you wrote in exercise 1, not out of a second loop")
+               tr("with temperature > 0 my_writer never called generate: sampled text, too, "
+                  "comes out of the loop you wrote in exercise 1, not out of a second loop"))
         wrong = _not_drawn(a, drawn) if drawn is not None else None
         if wrong is not None:
-            raise CheckFailed(
-                f"with temperature={t}, new token {wrong} of my_writer is {a[wrong]} "
-                f"({tok.decode([a[wrong]])!r}), which is not the token your sample drew for "
-                "that step: the token the loop keeps must be the one sample returned")
+            raise CheckFailed(tr(
+                "with temperature={t}, new token {i} of my_writer is {token} ({text!r}), which is "
+                "not the token your sample drew for that step: the token the loop keeps must be "
+                "the one sample returned", t=t, i=wrong, token=a[wrong],
+                text=tok.decode([a[wrong]])))
         runs.append(a)
         with torch.inference_mode():
             logits = model(torch.tensor([list(ids) + a]))[0, len(ids) - 1 : -1]  # [n, V]
@@ -173,14 +178,16 @@ def _writer_sampling(fn: Callable) -> str:
         bad = (chosen < kth - 1e-3).nonzero()
         if len(bad):
             i = int(bad[0])
-            raise CheckFailed(f"with top_k={k}, new token {i} ({tok.decode([a[i]])!r}) is not "
-                              f"among the model's {k} most likely tokens at that step: hand "
-                              "temperature, top_k and top_p to your sample")
+            raise CheckFailed(tr("with top_k={k}, new token {i} ({text!r}) is not among the "
+                                 "model's {k} most likely tokens at that step: hand temperature, "
+                                 "top_k and top_p to your sample", k=k, i=i,
+                                 text=tok.decode([a[i]])))
     again = _write(fn, ids, n, None, temperature=t, top_k=k, top_p=1.0,
                    generator=torch.Generator().manual_seed(seeds[0]))
-    expect(again == runs[0], "two runs with generators seeded alike gave different tokens: hand "
-                             "the generator to your sample")
+    expect(again == runs[0], tr("two runs with generators seeded alike gave different tokens: "
+                                "hand the generator to your sample"))
     greedy = [list(path[:n])] * 2
-    expect(runs != greedy, f"with temperature={t} and top_k={k} every token of two seeded runs "
-                           "was the greedy one: the sampling settings do not reach the draw")
-    return f"2 seeds x {n} tokens at temperature {t}, top-k {k}"
+    expect(runs != greedy, tr("with temperature={t} and top_k={k} every token of two seeded runs "
+                              "was the greedy one: the sampling settings do not reach the draw",
+                              t=t, k=k))
+    return tr("2 seeds x {n} tokens at temperature {t}, top-k {k}", n=n, t=t, k=k)

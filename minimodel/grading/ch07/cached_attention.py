@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
+from minimodel.grading.i18n import Text, tr
 from minimodel.grading.oracles import bottom_right
 from minimodel.ops import softmax_attention
 from minimodel.reference.model import repeat_kv
@@ -33,13 +34,15 @@ def _attend(
     return out[0].transpose(0, 1)  # [Q, Hq, D]
 
 
-def _cached_hint(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
+def _cached_hint(
+    got: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> Text | str:
     """Name the classic mistake that `got` reproduces, or ''."""
     Q, K, D = q.shape[0], k.shape[0], q.shape[-1]
     mask = bottom_right(Q, K)
     if got.isnan().any():
-        return (" It contains NaN: some new token had every key masked. The mask is bottom-right: "
-                "token j sees keys 0..K-Q+j, so no row is empty.")
+        return tr(" It contains NaN: some new token had every key masked. The mask is "
+                  "bottom-right: token j sees keys 0..K-Q+j, so no row is empty.")
 
     def same(t: torch.Tensor) -> bool:
         return torch.allclose(got.double(), t, atol=1e-3, rtol=1e-3)
@@ -47,15 +50,17 @@ def _cached_hint(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     top_left = torch.ones(Q, K, dtype=torch.bool).tril()
     candidates = [
         (top_left, D**-0.5, False,
-         " It matches a top-left causal mask (tril of a [Q, K] matrix, or SDPA's is_causal=True "
-         "with Q < K): new token j is the (K-Q+j)-th token, so it sees keys 0..K-Q+j."),
-        (None, D**-0.5, False, " It matches attention with no mask: new token j must not see "
-         "the keys after its own position K-Q+j."),
-        (mask, 1.0, False, " It matches unscaled scores: without the 1/sqrt(D) scale the "
-         "softmax is far too sharp."),
-        (mask, 1.0 / D, False, " It matches scores scaled by 1/D; the scale is 1/sqrt(D)."),
-        (mask, D**-0.5, True, " It matches K/V heads repeated in the order 0,1,0,1: query head h "
-         "reads KV head h // (Hq // Hkv), so neighbouring query heads share a KV head."),
+         tr(" It matches a top-left causal mask (tril of a [Q, K] matrix, or SDPA's "
+            "is_causal=True with Q < K): new token j is the (K-Q+j)-th token, so it sees keys "
+            "0..K-Q+j.")),
+        (None, D**-0.5, False, tr(" It matches attention with no mask: new token j must not "
+                                  "see the keys after its own position K-Q+j.")),
+        (mask, 1.0, False, tr(" It matches unscaled scores: without the 1/sqrt(D) scale the "
+                              "softmax is far too sharp.")),
+        (mask, 1.0 / D, False, tr(" It matches scores scaled by 1/D; the scale is 1/sqrt(D).")),
+        (mask, D**-0.5, True, tr(" It matches K/V heads repeated in the order 0,1,0,1: query "
+                                 "head h reads KV head h // (Hq // Hkv), so neighbouring query "
+                                 "heads share a KV head.")),
     ]
     for m, scale, tiled, hint in candidates:
         if (m is None or (m.any(-1)).all()) and same(_attend(q, k, v, m, scale, tiled)):
@@ -63,10 +68,10 @@ def _cached_hint(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     return ""
 
 
-def _what(Q: int, K: int, Hq: int, Hkv: int, D: int, dtype: torch.dtype = torch.float32) -> str:
+def _what(Q: int, K: int, Hq: int, Hkv: int, D: int, dtype: torch.dtype = torch.float32) -> Text:
     """How a call of cached_attention on these shapes is written (its dtype when not float32)."""
-    return (f"cached_attention(q [{Q}, {Hq}, {D}], k and v [{K}, {Hkv}, {D}]"
-            + (f", {dtype})" if dtype != torch.float32 else ")"))
+    return tr("cached_attention(q [{Q}, {Hq}, {D}], k and v [{K}, {Hkv}, {D}]{dtype})", Q=Q, Hq=Hq,
+              D=D, K=K, Hkv=Hkv, dtype=f", {dtype}" if dtype != torch.float32 else "")
 
 
 def _qkv(
@@ -88,13 +93,15 @@ def _compare_cached(
     got = fn(*inputs)
     expect_shape(got, (Q, Hq, D), what)
     expect(all(torch.equal(a, b) for a, b in zip(inputs, (q, k, v), strict=True)),
-           f"{what} changed its inputs; return a new tensor")
-    expect(got.dtype == dtype, f"{what} returned {got.dtype}; return q's dtype {dtype}")
+           tr("{what} changed its inputs; return a new tensor", what=what))
+    expect(got.dtype == dtype, tr("{what} returned {got}; return q's dtype {dtype}", what=what,
+                                  got=got.dtype, dtype=dtype))
     want = _attend(q, k, v, bottom_right(Q, K), D**-0.5)
     if not torch.allclose(got.double(), want, atol=tol, rtol=tol):
         worst = float((got.double() - want).abs().nan_to_num(float("inf")).max())
-        raise CheckFailed(f"{what} is off by up to {worst:.3g} from bottom-right causal "
-                          "attention." + _cached_hint(got, q, k, v))
+        raise CheckFailed(tr("{what} is off by up to {worst:.3g} from bottom-right causal "
+                             "attention.{hint}", what=what, worst=worst,
+                             hint=_cached_hint(got, q, k, v)))
 
 
 @exercise("ch07.cached_attention", "returns [Q, Hq, D] in q's dtype for 6 shapes")
@@ -105,7 +112,8 @@ def _cached_shape(fn: Callable) -> None:
         what = _what(Q, K, Hq, Hkv, D)
         got = fn(q, k, v)
         expect_shape(got, (Q, Hq, D), what)
-        expect(got.dtype == q.dtype, f"{what} returned {got.dtype}; return q's dtype")
+        expect(got.dtype == q.dtype, tr("{what} returned {got}; return q's dtype", what=what,
+                                        got=got.dtype))
 
 
 @exercise("ch07.cached_attention", "decode (Q = 1): the new token reads every cached key")

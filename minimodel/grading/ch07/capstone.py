@@ -22,6 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from minimodel.checkpoints import random_state_dict_numpy
 from minimodel.config import Qwen3Config
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
+from minimodel.grading.i18n import Text, join, plain, tr
 from minimodel.grading.learner import spy_calls
 from minimodel.hub import resolve_model
 from minimodel.reference.model import Qwen3ForCausalLM as ReferenceQwen3
@@ -51,23 +52,26 @@ def _model(name: str) -> tuple[Qwen3Config, dict[str, torch.Tensor], ReferenceQw
     return _SMALL, weights, model.eval()
 
 
-def _model_text(name: str) -> str:
+def _model_text(name: str) -> Text | str:
     """How the model `name` is called in a message."""
-    return "bard" if name == "bard" else "the random config"
+    return "bard" if name == "bard" else tr("the random config")
 
 
 def _run_decode(fn: Callable, name: str, ids: torch.Tensor, steps: int) -> torch.Tensor:
     """The learner's logits [B, steps, V], after checking the type, shape and untouched inputs."""
     cfg, weights, _ = _model(name)
     B, T = ids.shape
-    what = f"my_cached_decode(weights, cfg, ids [{B}, {T}], steps={steps}) on {_model_text(name)}"
+    what = tr("my_cached_decode(weights, cfg, ids [{B}, {T}], steps={steps}) on {model}", B=B,
+              T=T, steps=steps, model=_model_text(name))
     given = dict(weights)
     got = fn(given, cfg, ids.clone(), steps)
     expect_shape(got, (B, steps, cfg.vocab_size),
-                 f"{what} (the logits that picked each of the {steps} new tokens)")
-    expect(got.dtype.is_floating_point, f"{what} returned {got.dtype} logits; return floats")
+                 tr("{what} (the logits that picked each of the {steps} new tokens)", what=what,
+                    steps=steps))
+    expect(got.dtype.is_floating_point,
+           tr("{what} returned {dtype} logits; return floats", what=what, dtype=got.dtype))
     expect(given.keys() == weights.keys() and all(given[k] is weights[k] for k in weights),
-           f"{what} changed the weights dict; read it, don't modify it")
+           tr("{what} changed the weights dict; read it, don't modify it", what=what))
     return got.detach()
 
 
@@ -84,25 +88,27 @@ def _expect_decode(fn: Callable, name: str, ids: torch.Tensor, steps: int) -> No
         return
     err = (got - want).abs().nan_to_num(float("inf")).amax(dim=(0, 2))  # [steps]
     errs = ", ".join(f"{e:.2g}" for e in err.tolist())
-    what = (f"On {_model_text(name)}, prompts [{B}, {T}], {steps} steps: max |yours - full "
-            f"recompute| per step = [{errs}] (step 0 is the prefill)")
+    what = tr("On {model}, prompts [{B}, {T}], {steps} steps: max |yours - full recompute| per "
+              "step = [{errs}] (step 0 is the prefill)", model=_model_text(name), B=B, T=T,
+              steps=steps, errs=errs)
     if not bool(ok[0]):
-        raise CheckFailed(f"{what}. The prefill is already off, before any cached key is reused. "
-                          "Check that the pieces it calls pass their own checks, the weights "
-                          "each layer reads, the final norm and the LM head, and the cache: in "
-                          "the prefill every layer writes the prompt's K/V at positions 0..T-1 "
-                          "and reads exactly those.")
+        raise CheckFailed(tr("{what}. The prefill is already off, before any cached key is "
+                             "reused. Check that the pieces it calls pass their own checks, the "
+                             "weights each layer reads, the final norm and the LM head, and the "
+                             "cache: in the prefill every layer writes the prompt's K/V at "
+                             "positions 0..T-1 and reads exactly those.", what=what))
     i = int((~ok).nonzero()[0])
     alone = ref(picked[:, i - 1 : i])[:, 0].double()  # the fed token with no context, position 0
     if torch.allclose(got[:, i], alone, atol=1e-3, rtol=1e-3):
-        raise CheckFailed(f"{what}. Decode step {i} gives the logits of its token alone, as if "
-                          "nothing were cached: the step did not read the K/V of the earlier "
-                          "tokens (or they were never written).")
-    raise CheckFailed(f"{what}. The prefill matches, decode step {i} does not. The token fed at "
-                      f"step {i} continues its row at position {T + i - 1}: its RoPE position, "
-                      f"the place its K and V are written in the cache, and the keys it reads "
-                      f"(all {T + i} so far, its own included) follow on from what is already "
-                      "cached, and it must be the token the previous step picked.")
+        raise CheckFailed(tr("{what}. Decode step {i} gives the logits of its token alone, as "
+                             "if nothing were cached: the step did not read the K/V of the "
+                             "earlier tokens (or they were never written).", what=what, i=i))
+    raise CheckFailed(tr("{what}. The prefill matches, decode step {i} does not. The token fed "
+                         "at step {i} continues its row at position {position}: its RoPE "
+                         "position, the place its K and V are written in the cache, and the keys "
+                         "it reads (all {seen} so far, its own included) follow on from what is "
+                         "already cached, and it must be the token the previous step picked.",
+                         what=what, i=i, position=T + i - 1, seen=T + i))
 
 
 def _prompts(name: str, B: int, T: int) -> torch.Tensor:
@@ -140,23 +146,25 @@ def _decode_work(fn: Callable) -> str:
     with FlopCounterMode(display=False) as one_pass:  # every token through the model once
         ref(torch.cat([ids, got.argmax(-1)[:, :-1]], dim=1))
     ratio = counted.get_total_flops() / one_pass.get_total_flops()
-    expect(ratio <= 2.0, (
-        f"Prompt of {T} tokens, {steps} steps: your loop did {ratio:.1f} times the matmul work "
+    expect(ratio <= 2.0, tr(
+        "Prompt of {T} tokens, {steps} steps: your loop did {ratio:.1f} times the matmul work "
         "of one pass over the final sequence. A cached decode runs every token through the "
         "model once: the prompt in one prefill, then only the new token of each step, reading "
         "the earlier tokens' K/V from the cache (and only the filled part of it). Recomputing "
-        "the whole sequence at every step gives the same logits at many times the cost."))
-    return f"{ratio:.1f}x the work of one pass"
+        "the whole sequence at every step gives the same logits at many times the cost.",
+        T=T, steps=steps, ratio=ratio))
+    return tr("{ratio:.1f}x the work of one pass", ratio=ratio)
 
 
-# Your own pieces from earlier notebooks (any one name of each group counts).
-_PIECES = {
-    "RoPE (chapter 02)": ("apply_rope", "rope_qkv"),
-    "attention (chapter 03, or cached_attention of this notebook)": ("attention",
-                                                                    "cached_attention"),
-    "RMSNorm (chapter 04)": ("rms_norm", "fused_add_rms_norm"),
-    "SwiGLU (chapter 04)": ("swiglu",),
-}
+def _pieces() -> dict[Text, tuple[str, ...]]:
+    """Your own pieces from earlier notebooks (any one name of each group counts)."""
+    return {
+        tr("RoPE (chapter 02)"): ("apply_rope", "rope_qkv"),
+        tr("attention (chapter 03, or cached_attention of this notebook)"): ("attention",
+                                                                            "cached_attention"),
+        tr("RMSNorm (chapter 04)"): ("rms_norm", "fused_add_rms_norm"),
+        tr("SwiGLU (chapter 04)"): ("swiglu",),
+    }
 
 
 @exercise("ch07.my_cached_decode", "is built from your own RoPE, attention, RMSNorm and SwiGLU")
@@ -164,9 +172,10 @@ def _decode_pieces(fn: Callable) -> str:
     # Look through decorators (@torch.no_grad() wraps fn in a function of torch's own module).
     with spy_calls(inspect.unwrap(fn)) as calls:
         _run_decode(fn, "small", _prompts("small", 1, 5), 3)
-    missing = [what for what, names in _PIECES.items() if not any(calls[n] for n in names)]
-    expect(not missing, (
-        f"my_cached_decode never called your own {', '.join(missing)}. Build the model step "
-        "from the functions you wrote (load them with learner_module), not from the package's "
-        f"model or ops. Calls seen: {dict(calls) or 'none'}."))
-    return ", ".join(f"{n} ×{c}" for n, c in sorted(calls.items()))
+    missing = [what for what, names in _pieces().items() if not any(calls[n] for n in names)]
+    expect(not missing, tr(
+        "my_cached_decode never called your own {missing}. Build the model step from the "
+        "functions you wrote (load them with learner_module), not from the package's model or "
+        "ops. Calls seen: {calls}.", missing=join(tr(", "), missing),
+        calls=dict(calls) or tr("none")))
+    return plain(", ".join(f"{n} ×{c}" for n, c in sorted(calls.items())))

@@ -15,6 +15,7 @@ import torch
 from minimodel.checkpoints import SHAPES
 from minimodel.config import Qwen3Config
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, tr
 
 
 def _kv_bytes_expected(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
@@ -27,45 +28,52 @@ def _kv_bytes_expected(num_layers: int, num_kv_heads: int, head_dim: int, dtype_
     return cfg.kv_bytes_per_token(dtype[dtype_bytes])
 
 
-def _kv_bytes_hint(got: float, args: tuple[int, int, int, int]) -> str:
+def _kv_bytes_hint(got: float, args: tuple[int, int, int, int]) -> Text | str:
     """Name the classic mistake that gives `got`; '' when none or several fit."""
     L, H, D, b = args
     mistakes = (
-        (L * H * D * b, " That is half: both K and V are cached, so count 2 vectors per layer "
-         "and KV head."),
-        (2 * L * H * D * b * 8, " That is 8 times too much: dtype_bytes is already in bytes, "
-         "not bits."),
-        (4 * L * H * D * b, " That is twice too much: the factor is 2 (one K and one V), "
-         "counted once."),
-        (2 * H * D * b, " That is one layer's worth: every one of the L layers keeps its own "
-         "K and V."),
-        (2 * L * H * D, " That counts numbers, not bytes: each number takes dtype_bytes bytes."),
-        (2 * L * H * D * D * b, " head_dim counts once: a K vector of one head has D numbers."),
+        (L * H * D * b, tr(" That is half: both K and V are cached, so count 2 vectors per "
+                           "layer and KV head.")),
+        (2 * L * H * D * b * 8, tr(" That is 8 times too much: dtype_bytes is already in bytes, "
+                                   "not bits.")),
+        (4 * L * H * D * b, tr(" That is twice too much: the factor is 2 (one K and one V), "
+                               "counted once.")),
+        (2 * H * D * b, tr(" That is one layer's worth: every one of the L layers keeps its own "
+                           "K and V.")),
+        (2 * L * H * D, tr(" That counts numbers, not bytes: each number takes dtype_bytes "
+                           "bytes.")),
+        (2 * L * H * D * D * b, tr(" head_dim counts once: a K vector of one head has D "
+                                   "numbers.")),
     )
     hints = [hint for value, hint in mistakes if math.isclose(got, value)]
     return hints[0] if len(hints) == 1 else ""
 
 
 def _kv_bytes_problem(
-    fn: Callable, args: tuple[int, int, int, int], what: str
-) -> tuple[str, str] | None:
-    """(what is wrong with fn(*args), a hint naming the mistake or ''); None if it is right."""
+    fn: Callable, args: tuple[int, int, int, int], what: Text | str
+) -> tuple[Text, Text | str] | None:
+    """(what is wrong with fn(*args), the hint naming the mistake that it ends with, or ''); None
+    if it is right."""
     got = fn(*args)
     want = _kv_bytes_expected(*args)
     if not isinstance(got, numbers.Real) or isinstance(got, bool):
-        return f"{what} returned a {type(got).__name__}; return a number of bytes (int)", ""
+        return tr("{what} returned a {type}; return a number of bytes (int)", what=what,
+                  type=type(got).__name__), ""
     if got != want:
-        return (f"{what} returned {got}, expected 2·L·Hkv·D·dtype_bytes = {want}.",
-                _kv_bytes_hint(float(got), args))
+        hint = _kv_bytes_hint(float(got), args)
+        return tr("{what} returned {got}, expected 2·L·Hkv·D·dtype_bytes = {want}.{hint}",
+                  what=what, got=got, want=want, hint=hint), hint
     return None
 
 
-def _kv_bytes_cases(fn: Callable, cases: list[tuple[tuple[int, int, int, int], str]]) -> None:
+def _kv_bytes_cases(
+    fn: Callable, cases: list[tuple[tuple[int, int, int, int], Text | str]]
+) -> None:
     """Fail on the first wrong case, preferring one whose mistake can be named."""
     problems = [p for args, what in cases if (p := _kv_bytes_problem(fn, args, what))]
     if problems:
-        message, hint = max(problems, key=lambda p: bool(p[1]))  # the first with a hint
-        raise CheckFailed(message + hint)
+        message, _ = max(problems, key=lambda p: bool(p[1]))  # the first with a hint
+        raise CheckFailed(message)
 
 
 @exercise("ch07.kv_bytes_per_token", "equals 2·L·Hkv·D·dtype_bytes on 12 random configs")
@@ -87,10 +95,12 @@ def _kv_published(fn: Callable) -> str:
     for name, cfg in SHAPES.items():
         for dtype in (torch.bfloat16, torch.float32):
             args = (cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, dtype.itemsize)
-            cases.append((args, f"{name} in {dtype}: kv_bytes_per_token{args}"))
+            cases.append((args, tr("{name} in {dtype}: kv_bytes_per_token{args}", name=name,
+                                   dtype=dtype, args=args)))
     _kv_bytes_cases(fn, cases)
     cfg = SHAPES["qwen3-8b"]
-    return f"Qwen3-8B in bfloat16: {cfg.kv_bytes_per_token(torch.bfloat16) // 1024} KiB per token"
+    return tr("Qwen3-8B in bfloat16: {kib} KiB per token",
+              kib=cfg.kv_bytes_per_token(torch.bfloat16) // 1024)
 
 
 @exercise("ch07.kv_bytes_per_token", "returns a Python int (bytes are whole numbers)")
@@ -99,7 +109,7 @@ def _kv_int(fn: Callable) -> None:
         got = fn(*args)
         expect(
             isinstance(got, numbers.Integral) and not isinstance(got, bool),
-            f"kv_bytes_per_token{args} returned {got!r} of type {type(got).__name__}; a count "
-            "of bytes is a Python int (a division or a float factor makes a float, and a "
-            "tensor is not an int)",
+            tr("kv_bytes_per_token{args} returned {got!r} of type {type}; a count of bytes is a "
+               "Python int (a division or a float factor makes a float, and a tensor is not an "
+               "int)", args=args, got=got, type=type(got).__name__),
         )

@@ -13,6 +13,7 @@ import torch
 from minimodel.engine.attention import build_metadata
 from minimodel.grading.ch07.common import _batches, _copy_pages
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
+from minimodel.grading.i18n import Text, tr
 
 
 def _expected_slots(
@@ -45,13 +46,15 @@ def _call_slots(fn: Callable, kv_lens: list[int], q_lens: list[int], pages: list
     what = f"slot_mapping(kv_lens={kv_lens}, q_lens={q_lens}, pages={pages}, page_size={S})"
     before = _copy_pages(pages)
     out = fn(kv_lens, q_lens, pages, S)
-    expect(pages == before, f"{what} changed its `pages` argument; leave the page tables alone")
-    expect_shape(out, (sum(q_lens),), f"{what} (one slot per new token, N = sum(q_lens))")
+    expect(pages == before, tr("{what} changed its `pages` argument; leave the page tables "
+                               "alone", what=what))
+    expect_shape(out, (sum(q_lens),),
+                 tr("{what} (one slot per new token, N = sum(q_lens))", what=what))
     return out, what
 
 
 def _slots_hint(got: torch.Tensor, kv_lens: list[int], q_lens: list[int],
-                pages: list[list[int]], S: int) -> str:
+                pages: list[list[int]], S: int) -> Text | str:
     """Name the classic slot mistake that `got` reproduces, or ''."""
     positions = [p for n, q in zip(kv_lens, q_lens, strict=True) for p in range(n - q, n)]
     from_zero = [p for q in q_lens for p in range(q)]
@@ -63,15 +66,15 @@ def _slots_hint(got: torch.Tensor, kv_lens: list[int], q_lens: list[int],
 
     got_list = got.tolist()
     if got_list == positions:
-        return (" These are the token positions, not slots: a slot is a place in the pool, "
-                "found through the request's page table (which of its pages holds the "
-                "position, and where in that page).")
+        return tr(" These are the token positions, not slots: a slot is a place in the pool, "
+                  "found through the request's page table (which of its pages holds the "
+                  "position, and where in that page).")
     if got_list == slots(from_zero, lambda i, p: pages[i][p // S], lambda p: p % S):
-        return (" The new tokens were placed from position 0; they are the last q_len tokens "
-                "of the sequence, positions seq_len - q_len .. seq_len - 1.")
+        return tr(" The new tokens were placed from position 0; they are the last q_len tokens "
+                  "of the sequence, positions seq_len - q_len .. seq_len - 1.")
     if got_list == [pages[i][p // S] + p % S for i, p in zip(owner, positions, strict=True)]:
-        return (" The page id was added to the offset as if a page held one slot: the pool "
-                "counts slots, and each page holds page_size of them.")
+        return tr(" The page id was added to the offset as if a page held one slot: the pool "
+                  "counts slots, and each page holds page_size of them.")
     return ""
 
 
@@ -80,8 +83,8 @@ def _slots_type(fn: Callable) -> None:
     for kv_lens, q_lens, pages, S in _step_batches("mixed", per_size=2):
         out, what = _call_slots(fn, kv_lens, q_lens, pages, S)
         expect(out.dtype == torch.int64,
-               f"{what} has dtype {out.dtype}, expected torch.long: slots index the pool's "
-               "rows")
+               tr("{what} has dtype {dtype}, expected torch.long: slots index the pool's rows",
+                  what=what, dtype=out.dtype))
 
 
 def _compare_slots(fn: Callable, kind: str) -> None:
@@ -91,8 +94,9 @@ def _compare_slots(fn: Callable, kind: str) -> None:
         want = _expected_slots(kv_lens, q_lens, pages, S)
         if torch.equal(got.long(), want):
             continue
-        raise CheckFailed(f"{what} is {got.tolist()}, expected {want.tolist()}."
-                          + _slots_hint(got, kv_lens, q_lens, pages, S))
+        raise CheckFailed(tr("{what} is {got}, expected {want}.{hint}", what=what,
+                             got=got.tolist(), want=want.tolist(),
+                             hint=_slots_hint(got, kv_lens, q_lens, pages, S)))
 
 
 @exercise("ch07.slot_mapping", "prefill: every token goes to its slot through its request's "

@@ -19,6 +19,7 @@ from minimodel.engine.sequence import Sequence
 from minimodel.grading.ch08.common import _NO_LIMIT, _randint, _scheduler
 from minimodel.grading.ch08.guard import own_work
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, tr
 from minimodel.sampling import SamplingParams
 
 
@@ -61,71 +62,77 @@ def _admit_call(fn: Callable, case: _AdmitCase) -> tuple[object, list[int], str]
     with own_work(fn, "admit"):
         got = fn(waiting, cached, free_pages, S, budget, free_seqs)
     expect(waiting == before and cached == cached_before,
-           f"{what} changed its `waiting` or `cached` list; leave the queue as it is (the "
-           "scheduler removes requests itself)")
+           tr("{what} changed its `waiting` or `cached` list; leave the queue as it is (the "
+              "scheduler removes requests itself)", what=what))
     return got, engine_admit(before, cached_before, free_pages, S, budget, free_seqs), what
 
 
-def _admit_hint(case: _AdmitCase, got: list[int], want: list[int]) -> str:
+def _admit_hint(case: _AdmitCase, got: list[int], want: list[int]) -> Text | str:
     """Name the classic mistake behind a wrong answer, when it is recognisable."""
     waiting, cached, free_pages, S, budget, free_seqs = case
     if want and got == list(range(len(got))) and got != want:
-        return (" Return how many tokens each admitted request prefills (its q_len), not its "
-                "index in the queue.")
+        return tr(" Return how many tokens each admitted request prefills (its q_len), not its "
+                  "index in the queue.")
     if len(got) > len(want) and got[: len(want)] == want[: len(got)]:
         nxt = len(want)
+        if len(got) > len(waiting):
+            return tr(" It returned {n} numbers for {w} waiting requests: one q_len per admitted "
+                      "request, in queue order.", n=len(got), w=len(waiting))
         if nxt >= free_seqs:
-            return f" Only free_seqs = {free_seqs} requests may start."
+            return tr(" Only free_seqs = {free_seqs} requests may start.", free_seqs=free_seqs)
         if want and want[-1] < waiting[len(want) - 1]:
-            return (" The last admitted request was cut to a chunk by the token budget; nothing "
-                    "after a chunk is admitted in the same step.")
+            return tr(" The last admitted request was cut to a chunk by the token budget; nothing "
+                      "after a chunk is admitted in the same step.")
         if sum(want) >= budget:
-            return " The token budget is used up: no more requests this step."
+            return tr(" The token budget is used up: no more requests this step.")
         free_left = free_pages - sum(_more_pages(c, q, S) for c, q in zip(cached, want))
         q = got[nxt]
         if q > 0 and _more_pages(cached[nxt], q, S) > free_left >= q // S:
-            return (f" Request {nxt} does not fit: bringing {q} tokens takes "
-                    f"{_more_pages(cached[nxt], q, S)} new pages and {free_left} are free; a "
-                    "partly filled page is still a whole page.")
-        return (f" Request {nxt} does not fit in the free pages, so the queue stops there: "
-                "first come, first served, no skipping ahead.")
+            return tr(" Request {i} does not fit: bringing {q} tokens takes {more} new pages and "
+                      "{free} are free; a partly filled page is still a whole page.",
+                      i=nxt, q=q, more=_more_pages(cached[nxt], q, S), free=free_left)
+        return tr(" Request {i} does not fit in the free pages, so the queue stops there: first "
+                  "come, first served, no skipping ahead.", i=nxt)
     if len(got) < len(want) and got == want[: len(got)]:
         i = len(got)
         if cached[i]:
             room = pages_needed(cached[i], S) * S - cached[i]
-            return (f" Request {i} fits: it already holds {cached[i]} cached tokens in "
-                    f"{pages_needed(cached[i], S)} pages, with room for {room} more in its last "
-                    f"page, so bringing {want[i]} tokens takes only "
-                    f"{_more_pages(cached[i], want[i], S)} new pages.")
+            return tr(" Request {i} fits: it already holds {cached} cached tokens in {held} pages, "
+                      "with room for {room} more in its last page, so bringing {q} tokens takes "
+                      "only {more} new pages.", i=i, cached=cached[i],
+                      held=pages_needed(cached[i], S), room=room, q=want[i],
+                      more=_more_pages(cached[i], want[i], S))
         if want[i] < waiting[i]:
-            return (f" Request {i} crosses the token budget: admit a chunk of "
-                    f"{want[i]} tokens of it (the rest comes next step).")
-        return (f" Request {i} fits: its {waiting[i]} tokens need "
-                f"{pages_needed(waiting[i], S)} pages (no page is reserved for its first new "
-                "token yet; decode asks for that one).")
+            return tr(" Request {i} crosses the token budget: admit a chunk of {q} tokens of it "
+                      "(the rest comes next step).", i=i, q=want[i])
+        return tr(" Request {i} fits: its {n} tokens need {pages} pages (no page is reserved for "
+                  "its first new token yet; decode asks for that one).", i=i, n=waiting[i],
+                  pages=pages_needed(waiting[i], S))
     if len(got) == len(want) and got[:-1] == want[:-1] and got and got[-1] != want[-1]:
-        return (f" The last request brings {want[-1]} tokens: the rest of the token budget "
-                f"({budget - sum(want[:-1])}) or all it still has to prefill, whichever is "
-                "smaller.")
+        return tr(" The last request brings {q} tokens: the rest of the token budget ({rest}) or "
+                  "all it still has to prefill, whichever is smaller.", q=want[-1],
+                  rest=budget - sum(want[:-1]))
     return ""
 
 
 def _admit_cases(fn: Callable, cases: list[_AdmitCase]) -> None:
     """Fail on the first wrong case, preferring one whose mistake can be named."""
-    problems: list[tuple[str, str]] = []
+    problems: list[tuple[Text, bool]] = []  # (message, whether it names the mistake)
     for case in cases:
         got, want, what = _admit_call(fn, case)
         ok_type = isinstance(got, (list, tuple)) and all(
             isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in got)
         if not ok_type:
-            raise CheckFailed(f"{what} returned {got!r}; return a list of ints: the tokens each "
-                              f"admitted request prefills, here {want}")
+            raise CheckFailed(tr("{what} returned {got!r}; return a list of ints: the tokens each "
+                                 "admitted request prefills, here {want}", what=what, got=got,
+                                 want=want))
         if [int(x) for x in got] != want:
-            problems.append((f"{what} returned {list(got)}, expected {want}.",
-                             _admit_hint(case, [int(x) for x in got], want)))
+            hint = _admit_hint(case, [int(x) for x in got], want)
+            problems.append((tr("{what} returned {got}, expected {want}.{hint}", what=what,
+                                got=list(got), want=want, hint=hint), bool(hint)))
     if problems:
-        message, hint = max(problems, key=lambda p: bool(p[1]))  # the first with a hint
-        raise CheckFailed(message + hint)
+        message, _ = max(problems, key=lambda p: p[1])  # the first with a hint
+        raise CheckFailed(message)
 
 
 def _new(waiting: list[int], free: int, S: int, budget: int, free_seqs: int) -> _AdmitCase:
@@ -226,8 +233,9 @@ def _admit_free_seqs(fn: Callable) -> None:
 
 
 @exercise("ch08.admit", "equals the engine's Scheduler on 200 random queues")
-def _admit_engine(fn: Callable) -> str:
+def _admit_engine(fn: Callable) -> Text:
     cases = [_random_admit_case() for _ in range(200)]
     _admit_cases(fn, cases)
     admitted = sum(len(engine_admit(*c)) for c in cases)
-    return f"{admitted} requests admitted over 200 queues, exactly as the scheduler does"
+    return tr("{admitted} requests admitted over 200 queues, exactly as the scheduler does",
+              admitted=admitted)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from minimodel.grading.ch08.common import _clip, _n
+from minimodel.grading.ch08.common import _clip
 from minimodel.grading.ch08.harness import EngineState
 from minimodel.grading.ch08.reference import (
     CAPSTONE_SETTINGS,
@@ -21,12 +21,17 @@ from minimodel.grading.ch08.reference import (
     reference_tokens,
 )
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, join, tr
 from minimodel.grading.learner import spy_calls
 
-# The learner's pieces the step must call: (how the learner knows it, its function's name)
-_STEP_PIECES = (("admit (this notebook)", "admit"), ("decode_step (this notebook)", "decode_step"),
-                ("ch07.paged_metadata", "paged_metadata"), ("ch07.slot_mapping", "slot_mapping"),
-                ("ch05.sample", "sample"))
+
+def _step_pieces_named() -> tuple[tuple[Text | str, str], ...]:
+    """The learner's pieces the step must call: (how the learner knows it, its function's name)."""
+    return ((tr("{piece} (this notebook)", piece="admit"), "admit"),
+            (tr("{piece} (this notebook)", piece="decode_step"), "decode_step"),
+            ("ch07.paged_metadata", "paged_metadata"), ("ch07.slot_mapping", "slot_mapping"),
+            ("ch05.sample", "sample"))
+
 
 _RUNS: dict[str, object] = {}  # the latest step function's runs, shared by its checks
 
@@ -57,11 +62,11 @@ def _capstone_runs(fn: Callable, fresh: bool = False) -> dict:
     return _RUNS
 
 
-def _fmt(step: list[tuple[int, int]]) -> str:
-    return ", ".join(f"r{r}({q})" for r, q in step) or "nothing"
+def _fmt(step: list[tuple[int, int]]) -> Text | str:
+    return ", ".join(f"r{r}({q})" for r, q in step) or tr("nothing")
 
 
-def _compare_tokens(run: dict) -> str:
+def _compare_tokens(run: dict) -> Text:
     if "error" in run:
         raise run["error"]
     case, engine = run["case"], run["engine"]
@@ -70,35 +75,40 @@ def _compare_tokens(run: dict) -> str:
         got = seq.output_token_ids
         if got != w:
             k = next((i for i, (a, b) in enumerate(zip(got, w)) if a != b), min(len(got), len(w)))
-            why = (" The first token is already wrong: it comes from the logits of the row of "
-                   "the prompt's last token, once the whole prompt is in the cache." if k == 0
-                   else " The first tokens agree, then they part: look at what a decode step "
-                   "feeds the model (the last sampled token, at its position) and at what a "
-                   "recomputed request brings.")
-            raise CheckFailed(
-                f"{case.name}, request r{seq.request_id} (prompt of {seq.num_prompt_tokens} "
-                f"tokens): your engine generated {_clip(got, 10)}, mm.LLM.generate "
-                f"{_clip(w, 10)}; they part at token {k}.{why if len(got) == len(w) else ''}"
-                + ("" if len(got) == len(w) else
-                   f" It should generate exactly max_new_tokens = {len(w)} tokens."))
+            why = (tr(" The first token is already wrong: it comes from the logits of the row "
+                      "of the prompt's last token, once the whole prompt is in the cache.")
+                   if k == 0 else
+                   tr(" The first tokens agree, then they part: look at what a decode step feeds "
+                      "the model (the last sampled token, at its position) and at what a "
+                      "recomputed request brings."))
+            tail = (why if len(got) == len(w) else
+                    tr(" It should generate exactly max_new_tokens = {n} tokens.", n=len(w)))
+            raise CheckFailed(tr(
+                "{case}, request r{request} (prompt of {n} tokens): your engine generated {got}, "
+                "mm.LLM.generate {want}; they part at token {k}.{tail}", case=case.name,
+                request=seq.request_id, n=seq.num_prompt_tokens, got=_clip(got, 10),
+                want=_clip(w, 10), k=k, tail=tail))
     free = engine.allocator.num_free
     expect(free == engine.allocator.num_pages,
-           f"{case.name}: every request is done but only {free} of the "
-           f"{engine.allocator.num_pages} pages are back in the pool; a finished request "
-           "gives back its pages")
-    return (f"{len(want)} requests, {sum(map(len, want))} tokens, {len(case.trace)} steps"
-            + (f", {_n(case.preemptions, 'preemption')}" if case.preemptions else ""))
+           tr("{case}: every request is done but only {free} of the {pages} pages are back in "
+              "the pool; a finished request gives back its pages", case=case.name, free=free,
+              pages=engine.allocator.num_pages))
+    pre = case.preemptions
+    return tr("{requests} requests, {tokens} tokens, {steps} steps{preemptions}",
+              requests=len(want), tokens=sum(map(len, want)), steps=len(case.trace),
+              preemptions=("" if not pre else tr(", {n} preemption", n=pre) if pre == 1 else
+                           tr(", {n} preemptions", n=pre)))
 
 
 @exercise("ch08.my_engine_step", "a roomy pool (chunked prefill, several requests decoding "
                                  "together): the same greedy tokens as mm.LLM.generate")
-def _step_roomy(fn: Callable) -> str:
+def _step_roomy(fn: Callable) -> Text:
     return _compare_tokens(_capstone_runs(fn, fresh=True)["runs"][0])
 
 
 @exercise("ch08.my_engine_step", "a tight pool (preemption and recompute): the same tokens, and "
                                  "every page back in the pool at the end")
-def _step_tight(fn: Callable) -> str:
+def _step_tight(fn: Callable) -> Text:
     return _compare_tokens(_capstone_runs(fn)["runs"][1])
 
 
@@ -112,16 +122,19 @@ def _step_trace(fn: Callable) -> None:
             mine = got[k] if k < len(got) else []
             if mine == want:
                 continue
-            kind = "prefill" if case.prefill[k] else "decode"
-            why = (" A waiting request fits, so this is a prefill step: prefill comes first."
+            kind = tr("prefill step") if case.prefill[k] else tr("decode step")
+            why = (tr(" A waiting request fits, so this is a prefill step: prefill comes first.")
                    if case.prefill[k] and all(q == 1 for _, q in mine) and mine else
-                   " No waiting request fits the free pages, so this is a decode step for "
-                   "every running request." if not case.prefill[k] and any(q > 1 for _, q in mine)
-                   else "")
-            raise CheckFailed(f"{case.name}, step {k + 1}: your step ran {_fmt(mine)}; the "
-                              f"engine's scheduler runs a {kind} step of {_fmt(want)}.{why}")
-        expect(len(got) == len(case.trace), f"{case.name}: your engine took {len(got)} steps, "
-                                            f"the engine's scheduler {len(case.trace)}")
+                   tr(" No waiting request fits the free pages, so this is a decode step for "
+                      "every running request.")
+                   if not case.prefill[k] and any(q > 1 for _, q in mine) else "")
+            raise CheckFailed(tr("{case}, step {step}: your step ran {mine}; the engine's "
+                                 "scheduler runs a {kind} of {want}.{why}", case=case.name,
+                                 step=k + 1, mine=_fmt(mine), kind=kind, want=_fmt(want),
+                                 why=why))
+        expect(len(got) == len(case.trace),
+               tr("{case}: your engine took {got} steps, the engine's scheduler {want}",
+                  case=case.name, got=len(got), want=len(case.trace)))
 
 
 @exercise("ch08.my_engine_step", "is built from your own admit, decode_step, ch07.paged_metadata, "
@@ -132,10 +145,11 @@ def _step_pieces(fn: Callable) -> None:
     for e in errors:
         if isinstance(e, NotImplementedError):
             raise e
-    missing = [what for what, name in _STEP_PIECES if not runs["calls"].get(name)]
-    expect(not (missing and errors), "your step stopped before its runs were over (see the "
-                                     "checks above), so it is not known yet whether it uses "
-                                     f"your own {', '.join(missing)}")
-    expect(not missing, f"your step never called your own {', '.join(missing)}: the capstone "
-                        "composes your pieces, so a step built on the package's scheduler or "
-                        "metadata does not count")
+    missing = [what for what, name in _step_pieces_named() if not runs["calls"].get(name)]
+    pieces = join(tr(", "), missing)
+    expect(not (missing and errors),
+           tr("your step stopped before its runs were over (see the checks above), so it is not "
+              "known yet whether it uses your own {pieces}", pieces=pieces))
+    expect(not missing, tr("your step never called your own {pieces}: the capstone composes your "
+                           "pieces, so a step built on the package's scheduler or metadata does "
+                           "not count", pieces=pieces))

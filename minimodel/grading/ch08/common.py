@@ -7,6 +7,7 @@ import torch
 
 from minimodel.engine.kv_cache import PageAllocator
 from minimodel.engine.scheduler import Scheduler
+from minimodel.grading.i18n import Text, tr
 
 _NO_LIMIT = 1 << 30  # a max_model_len / budget / max_num_seqs that never binds
 
@@ -23,8 +24,14 @@ def _scheduler(
                      max_num_batched_tokens=max_num_batched_tokens, max_model_len=_NO_LIMIT)
 
 
-def _n(k: int, noun: str) -> str:
-    return f"{k} {noun}" + ("" if k == 1 else "s")
+def _pages(k: int) -> Text:
+    """"1 page", "3 pages", in both languages."""
+    return tr("{k} page", k=k) if k == 1 else tr("{k} pages", k=k)
+
+
+def _tokens(k: int) -> Text:
+    """"1 token", "3 tokens", in both languages."""
+    return tr("{k} token", k=k) if k == 1 else tr("{k} tokens", k=k)
 
 
 def _clip(xs: list[int], n: int = 8) -> str:

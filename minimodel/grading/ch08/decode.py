@@ -19,6 +19,7 @@ from minimodel.engine.sequence import Sequence, Status
 from minimodel.grading.ch08.common import _NO_LIMIT, _randint, _scheduler
 from minimodel.grading.ch08.guard import own_work
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, tr
 from minimodel.sampling import SamplingParams
 
 
@@ -48,51 +49,56 @@ _DecodeCase = tuple[list[int], int, int]
 
 
 def _decode_hint(case: _DecodeCase, got: tuple[list[int], list[int]],
-                 want: tuple[list[int], list[int]]) -> str:
+                 want: tuple[list[int], list[int]]) -> Text | str:
     num_tokens, free, S = case
     g_pre, w_pre = got[1], want[1]
     newly = [i for i, n in enumerate(num_tokens) if (n - 1) % S == 0]
     if not w_pre and g_pre:
-        return (f" There were enough pages: only requests whose new token starts a page need "
-                f"one (here {newly}), and free_pages = {free}.")
+        return tr(" There were enough pages: only requests whose new token starts a page need one "
+                  "(here {newly}), and free_pages = {free}.", newly=newly, free=free)
     if set(g_pre) > set(w_pre):
-        return (" Too many preemptions: a preempted request gives back every page it holds, "
-                "and the requests after it can use them.")
+        return tr(" Too many preemptions: a preempted request gives back every page it holds, and "
+                  "the requests after it can use them.")
     if w_pre and g_pre and set(g_pre) != set(w_pre) and min(g_pre) < min(w_pre):
-        return (" Preempt the newest request that has not got its page yet (the end of the "
-                "list), never an older one: the oldest have waited longest.")
+        return tr(" Preempt the newest request that has not got its page yet (the end of the "
+                  "list), never an older one: the oldest have waited longest.")
     if w_pre and not g_pre:
-        return " Pages ran out: someone must be preempted, and nothing may be lost."
+        return tr(" Pages ran out: someone must be preempted, and nothing may be lost.")
     if sorted(g_pre) == sorted(w_pre) and g_pre != w_pre:
-        return " List the preempted requests in the order they were preempted (newest first)."
+        return tr(" List the preempted requests in the order they were preempted (newest first).")
     return ""
 
 
 def _decode_cases(fn: Callable, cases: list[_DecodeCase]) -> None:
-    problems: list[tuple[str, str]] = []
+    problems: list[tuple[Text, bool]] = []  # (message, whether it names the mistake)
     for case in cases:
         num_tokens, free, S = case
         what = f"decode_step(num_tokens={num_tokens}, free_pages={free}, page_size={S})"
         before = list(num_tokens)
         with own_work(fn, "decode_step"):
             got = fn(num_tokens, free, S)
-        expect(num_tokens == before, f"{what} changed `num_tokens`; leave it as it is")
+        expect(num_tokens == before,
+               tr("{what} changed `num_tokens`; leave it as it is", what=what))
         want = engine_decode_step(before, free, S)
         if not (isinstance(got, (tuple, list)) and len(got) == 2
                 and all(isinstance(x, (list, tuple)) for x in got)
                 and all(isinstance(i, numbers.Integral) and not isinstance(i, bool)
                         for x in got for i in x)):
-            raise CheckFailed(f"{what} returned {got!r}; return a tuple of two lists of ints "
-                              f"(decoding, preempted), here {want}")
+            raise CheckFailed(tr("{what} returned {got!r}; return a tuple of two lists of ints "
+                                 "(decoding, preempted), here {want}", what=what, got=got,
+                                 want=want))
         g = ([int(i) for i in got[0]], [int(i) for i in got[1]])
         if sorted(g[0] + g[1]) != list(range(len(num_tokens))):
-            problems.append((f"{what} returned {g}: every request must be in exactly one of the "
-                             f"two lists (nothing is dropped); expected {want}.", ""))
+            problems.append((tr("{what} returned {got}: every request must be in exactly one of "
+                                "the two lists (nothing is dropped); expected {want}.", what=what,
+                                got=g, want=want), False))
         elif g != want:
-            problems.append((f"{what} returned {g}, expected {want}.", _decode_hint(case, g, want)))
+            hint = _decode_hint(case, g, want)
+            problems.append((tr("{what} returned {got}, expected {want}.{hint}", what=what, got=g,
+                                want=want, hint=hint), bool(hint)))
     if problems:
-        message, hint = max(problems, key=lambda p: bool(p[1]))
-        raise CheckFailed(message + hint)
+        message, _ = max(problems, key=lambda p: p[1])
+        raise CheckFailed(message)
 
 
 def _random_decode_case(tight: bool) -> _DecodeCase:
@@ -138,8 +144,9 @@ def _decode_preempt(fn: Callable) -> None:
 
 
 @exercise("ch08.decode_step", "equals the engine's Scheduler on 200 random batches")
-def _decode_engine(fn: Callable) -> str:
+def _decode_engine(fn: Callable) -> Text:
     cases = [_random_decode_case(tight=bool(i % 2)) for i in range(200)]
     _decode_cases(fn, cases)
     preempted = sum(len(engine_decode_step(*c)[1]) for c in cases)
-    return f"{preempted} preemptions over 200 batches, exactly as the scheduler does"
+    return tr("{preempted} preemptions over 200 batches, exactly as the scheduler does",
+              preempted=preempted)

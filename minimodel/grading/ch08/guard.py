@@ -20,6 +20,7 @@ from typing import TypeVar
 from minimodel.engine.attention import build_metadata
 from minimodel.engine.scheduler import Scheduler
 from minimodel.grading.core import CheckFailed
+from minimodel.grading.i18n import tr
 from minimodel.grading.learner import learner_calls
 from minimodel.sampling import Sampler
 
@@ -70,7 +71,7 @@ def _forbidden(code) -> str | None:
         name = _engine_decisions().get(code)
         grader = _GRADERS.search(str(Path(code.co_filename).resolve()))
         if name is None and grader and code not in _INTERFACE:
-            name = f"the grader's {grader.group(1)}.{code.co_name}"
+            name = tr("the grader's {name}", name=f"{grader.group(1)}.{code.co_name}")
         _VERDICT[code] = name
     return _VERDICT[code]
 
@@ -92,6 +93,6 @@ def own_work(fn: Callable, what: str) -> Iterator[None]:
         yield
     found += seen
     if found:
-        raise CheckFailed(f"{what} hands its work to {found[0]}: the exercise is to write that "
-                          "decision yourself, from the rules of chapter 08, not to call the "
-                          "engine's (or this grader's) own answer")
+        raise CheckFailed(tr("{what} hands its work to {found}: the exercise is to write that "
+                             "decision yourself, from the rules of chapter 08, not to call the "
+                             "engine's (or this grader's) own answer", what=what, found=found[0]))

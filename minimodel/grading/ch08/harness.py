@@ -18,9 +18,10 @@ import torch
 from minimodel.engine.attention import AttentionMetadata, TorchBackend
 from minimodel.engine.kv_cache import KVCache, PageAllocator
 from minimodel.engine.sequence import Sequence
-from minimodel.grading.ch08.common import _clip, _n
+from minimodel.grading.ch08.common import _clip, _pages, _tokens
 from minimodel.grading.ch08.guard import learner_interface, own_work
 from minimodel.grading.core import CheckFailed, expect
+from minimodel.grading.i18n import tr
 from minimodel.sampling import SamplingParams
 
 
@@ -51,13 +52,15 @@ class _CheckedAllocator:
     def allocate(self, n: int) -> list[int]:
         """Lend n pages, or fail with a sentence when n is not a count the pool can give."""
         if not isinstance(n, numbers.Integral) or n < 0:
-            raise CheckFailed(f"your step asked the pool for {n!r} pages; ask for a whole number "
-                              ">= 0 (0 when the request's pages already hold its tokens)")
+            raise CheckFailed(tr("your step asked the pool for {n!r} pages; ask for a whole "
+                                 "number >= 0 (0 when the request's pages already hold its "
+                                 "tokens)", n=n))
         if n > self.num_free:
-            raise CheckFailed(
-                f"your step asked the pool for {_n(n, 'page')} with {self.num_free} free. The "
-                "scheduling decision comes first: admit only what fits in the free pages, and "
-                "in a decode step preempt before a request takes a page that is not there.")
+            raise CheckFailed(tr(
+                "your step asked the pool for {pages} with {free} free. The scheduling decision "
+                "comes first: admit only what fits in the free pages, and in a decode step "
+                "preempt before a request takes a page that is not there.", pages=_pages(n),
+                free=self.num_free))
         pages = self._pool.allocate(int(n))
         self._lent.update(pages)
         return pages
@@ -67,9 +70,9 @@ class _CheckedAllocator:
         lent = set(self._lent)
         for p in pages:
             if p not in lent:
-                raise CheckFailed(f"your step gave back page {p}, which is not lent out (given "
-                                  "back twice?); return a request's pages once, then empty its "
-                                  "page table")
+                raise CheckFailed(tr("your step gave back page {page}, which is not lent out "
+                                     "(given back twice?); return a request's pages once, then "
+                                     "empty its page table", page=p))
             lent.discard(p)
         returned = list(pages)
         self._pool.free(returned)
@@ -79,17 +82,19 @@ class _CheckedAllocator:
 def _ints(t: object, what: str, n: int | None = None) -> list[int]:
     if isinstance(t, torch.Tensor):
         if t.dtype.is_floating_point or t.dim() != 1:
-            raise CheckFailed(f"{what} should be a 1-D integer tensor, got {t.dtype} of shape "
-                              f"{tuple(t.shape)}")
+            raise CheckFailed(tr("{what} should be a 1-D integer tensor, got {dtype} of shape "
+                                 "{shape}", what=what, dtype=t.dtype, shape=tuple(t.shape)))
         out = t.tolist()
     elif isinstance(t, (list, tuple)):
         out = list(t)
     else:
-        raise CheckFailed(f"{what} should be a tensor or a list of ints, got {type(t).__name__}")
+        raise CheckFailed(tr("{what} should be a tensor or a list of ints, got {got}", what=what,
+                             got=type(t).__name__))
     if not all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in out):
-        raise CheckFailed(f"{what} should hold ints, got {out[:8]}")
+        raise CheckFailed(tr("{what} should hold ints, got {got}", what=what, got=out[:8]))
     if n is not None and len(out) != n:
-        raise CheckFailed(f"{what} should have {n} entries, got {len(out)}")
+        raise CheckFailed(tr("{what} should have {n} entries, got {got}", what=what, n=n,
+                             got=len(out)))
     return [int(x) for x in out]
 
 
@@ -127,55 +132,63 @@ class PageTableBackend:
         """Check the step's metadata (a CheckFailed with a sentence when it is wrong), then
         plan the wrapped backend with it."""
         if not isinstance(metadata, AttentionMetadata):
-            raise CheckFailed("engine.backend.plan takes an AttentionMetadata "
-                              f"(minimodel.engine.attention), got {type(metadata).__name__}")
+            raise CheckFailed(tr("engine.backend.plan takes an AttentionMetadata "
+                                 "(minimodel.engine.attention), got {got}",
+                                 got=type(metadata).__name__))
         m, S = metadata, self.kv_cache.page_size
         if m.page_size != S:
-            raise CheckFailed(f"the metadata says page_size={m.page_size}; the pool's pages hold "
-                              f"{S} tokens")
+            raise CheckFailed(tr("the metadata says page_size={got}; the pool's pages hold "
+                                 "{S} tokens", got=m.page_size, S=S))
         q_lens, kv_lens = _ints(m.q_lens, "q_lens"), _ints(m.kv_lens, "kv_lens")
         B = len(q_lens)
-        expect(B > 0 and len(kv_lens) == B, f"q_lens {q_lens} and kv_lens {kv_lens} should "
-                                            "have one entry for each request of the step")
+        expect(B > 0 and len(kv_lens) == B,
+               tr("q_lens {q_lens} and kv_lens {kv_lens} should have one entry for each request "
+                  "of the step", q_lens=q_lens, kv_lens=kv_lens))
         qo = _ints(m.qo_indptr, "qo_indptr", B + 1)
         want_qo = [0, *(sum(q_lens[: i + 1]) for i in range(B))]
-        expect(qo == want_qo, f"qo_indptr is {qo}; with q_lens {q_lens} request i's new tokens "
-                              f"are rows qo_indptr[i]:qo_indptr[i+1] of the packed batch, so it "
-                              f"should be {want_qo}")
+        expect(qo == want_qo, tr("qo_indptr is {got}; with q_lens {q_lens} request i's new "
+                                 "tokens are rows qo_indptr[i]:qo_indptr[i+1] of the packed "
+                                 "batch, so it should be {want}", got=qo, q_lens=q_lens,
+                                 want=want_qo))
         kv_indptr = _ints(m.kv_indptr, "kv_indptr", B + 1)
         kv_indices = _ints(m.kv_indices, "kv_indices", kv_indptr[-1])
         last = _ints(m.kv_last_page_len, "kv_last_page_len", B)
         for i in range(B):
-            expect(1 <= q_lens[i] <= kv_lens[i], f"request {i} of the step brings {q_lens[i]} "
-                   f"new tokens and has kv_len {kv_lens[i]}: kv_len counts every token cached "
-                   "after this step, the new ones included")
+            expect(1 <= q_lens[i] <= kv_lens[i],
+                   tr("request {i} of the step brings {q} new tokens and has kv_len {kv}: kv_len "
+                      "counts every token cached after this step, the new ones included", i=i,
+                      q=q_lens[i], kv=kv_lens[i]))
             n_pages = kv_indptr[i + 1] - kv_indptr[i]
             described = (n_pages - 1) * S + last[i]
             expect(n_pages >= 1 and 1 <= last[i] <= S and described == kv_lens[i],
-                   f"request {i} of the step: kv_indptr gives it {n_pages} pages and "
-                   f"kv_last_page_len says its last page holds {_n(last[i], 'token')}, "
-                   f"{_n(described, 'token')} in all, but it has {kv_lens[i]} after this step "
-                   "(kv_lens). FlashInfer reads only the page table, so the two must agree.")
+                   tr("request {i} of the step: kv_indptr gives it {n_pages} pages and "
+                      "kv_last_page_len says its last page holds {last}, {described} in all, but "
+                      "it has {kv} after this step (kv_lens). FlashInfer reads only the page "
+                      "table, so the two must agree.", i=i, n_pages=n_pages,
+                      last=_tokens(last[i]), described=_tokens(described), kv=kv_lens[i]))
             bad = [p for p in kv_indices[kv_indptr[i]:kv_indptr[i + 1]]
                    if not 0 <= p < self.kv_cache.num_pages]
-            expect(not bad, f"request {i} of the step lists page {bad[:1]} in kv_indices; the "
-                            f"pool has pages 0..{self.kv_cache.num_pages - 1}")
+            expect(not bad, tr("request {i} of the step lists page {bad} in kv_indices; the "
+                               "pool has pages 0..{top}", i=i, bad=bad[:1],
+                               top=self.kv_cache.num_pages - 1))
         N = qo[-1]
         positions = _ints(m.positions, "positions", N)
         slots = _ints(m.slot_mapping, "slot_mapping", N)
         for i in range(B):
             want_pos = list(range(kv_lens[i] - q_lens[i], kv_lens[i]))
             got_pos = positions[qo[i]:qo[i + 1]]
-            expect(got_pos == want_pos, f"positions of request {i} of the step are "
-                   f"{_clip(got_pos)}; its new tokens come after its "
-                   f"{kv_lens[i] - q_lens[i]} cached ones: {_clip(want_pos)}")
+            expect(got_pos == want_pos,
+                   tr("positions of request {i} of the step are {got}; its new tokens come after "
+                      "its {cached} cached ones: {want}", i=i, got=_clip(got_pos),
+                      cached=kv_lens[i] - q_lens[i], want=_clip(want_pos)))
             pages = kv_indices[kv_indptr[i]:kv_indptr[i + 1]]
             for pos, got in zip(want_pos, slots[qo[i]:qo[i + 1]], strict=True):
                 want = pages[pos // S] * S + pos % S
                 expect(got == want,
-                       f"slot_mapping sends the K/V of request {i}'s token at position {pos} to "
-                       f"slot {got}, but its pages {pages} put position {pos} in slot {want}: "
-                       "attention would not find it where it reads")
+                       tr("slot_mapping sends the K/V of request {i}'s token at position {pos} "
+                          "to slot {got}, but its pages {pages} put position {pos} in slot "
+                          "{want}: attention would not find it where it reads", i=i, pos=pos,
+                          got=got, pages=pages, want=want))
         self._backend.plan(replace(
             m, qo_indptr=torch.tensor(qo, dtype=torch.int32),
             kv_indptr=torch.tensor(kv_indptr, dtype=torch.int32),
@@ -226,16 +239,18 @@ class EngineState:
         trace: list[list[tuple[int, int]]] = []
         while self.waiting or self.running:
             if len(trace) >= max_steps:
-                raise CheckFailed(f"after {max_steps} steps requests are still left (waiting "
-                                  f"{_ids(self.waiting)}, running {_ids(self.running)}); a "
-                                  "request leaves `running` when it has its max_new_tokens")
+                raise CheckFailed(tr("after {steps} steps requests are still left (waiting "
+                                     "{waiting}, running {running}); a request leaves `running` "
+                                     "when it has its max_new_tokens", steps=max_steps,
+                                     waiting=_ids(self.waiting), running=_ids(self.running)))
             with own_work(step, "my_engine_step"), torch.inference_mode():
                 ran = step(self)
             if not (isinstance(ran, (list, tuple)) and all(
                     isinstance(x, (list, tuple)) and len(x) == 2
                     and all(isinstance(v, numbers.Integral) for v in x) for x in ran)):
-                raise CheckFailed(f"my_engine_step returned {ran!r}; return a list of "
-                                  "(request_id, new tokens) pairs, one for each request it ran")
+                raise CheckFailed(tr("my_engine_step returned {ran!r}; return a list of "
+                                     "(request_id, new tokens) pairs, one for each request it "
+                                     "ran", ran=ran))
             trace.append([(int(r), int(q)) for r, q in ran])
         return trace
 

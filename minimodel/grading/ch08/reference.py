@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from minimodel.engine.kv_cache import PageAllocator
 from minimodel.engine.sequence import Sequence
 from minimodel.grading.ch08.common import _randint, _scheduler
+from minimodel.grading.i18n import tr
 from minimodel.sampling import SamplingParams
 
 CAPSTONE_MODEL = "bard"
@@ -123,6 +124,6 @@ def _draw_case(tight: bool) -> CapstoneCase:
         if good:
             starts = [_randint(0, len(text) - x) for x in lens]
             prompts = [list(text[a:a + x]) for a, x in zip(starts, lens, strict=True)]
-            name = "tight pool" if tight else "roomy pool"
+            name = tr("tight pool") if tight else tr("roomy pool")
             return CapstoneCase(name, prompts, new, trace, kinds, pre)
     raise AssertionError("no case drawn")  # the ranges above always give one quickly

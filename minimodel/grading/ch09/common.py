@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from minimodel.grading.core import expect
+from minimodel.grading.i18n import tr
 
 _TOL = 1e-5  # float32 against float64, as the chapter promises: <= 1e-5
 
@@ -24,12 +25,14 @@ def _worst(got: torch.Tensor, want: torch.Tensor) -> float:
 def _pair(out: object, what: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The (output, lse) a function returned, after checking it is a pair of tensors."""
     expect(isinstance(out, (tuple, list)) and len(out) == 2,
-           f"{what} should return a tuple (o, lse), got {type(out).__name__}")
+           tr("{what} should return a tuple (o, lse), got {got}", what=what,
+              got=type(out).__name__))
     assert isinstance(out, (tuple, list))
     o, lse = out
     for name, t in (("o", o), ("lse", lse)):
         expect(isinstance(t, torch.Tensor),
-               f"{what}: {name} should be a torch.Tensor, got {type(t).__name__}")
+               tr("{what}: {name} should be a torch.Tensor, got {got}", what=what, name=name,
+                  got=type(t).__name__))
     return o, lse
 
 
@@ -37,5 +40,5 @@ def _unchanged(inputs: tuple[torch.Tensor, ...], copies: tuple[torch.Tensor, ...
                what: str) -> None:
     """Fail unless every input still equals the copy taken before the call."""
     same = all(torch.equal(a, b) for a, b in zip(inputs, copies, strict=True))
-    expect(same, f"{what} changed one of its inputs; compute into new tensors (a kernel reads "
-                 "q, k, v and the states, and writes only its outputs)")
+    expect(same, tr("{what} changed one of its inputs; compute into new tensors (a kernel reads "
+                    "q, k, v and the states, and writes only its outputs)", what=what))

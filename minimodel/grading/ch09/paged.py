@@ -20,6 +20,7 @@ from minimodel.engine.kv_cache import KVCache
 from minimodel.grading.ch09.common import _close, _pair, _unchanged, _worst
 from minimodel.grading.ch09.reference import _attention64
 from minimodel.grading.core import CheckFailed, exercise, expect_shape
+from minimodel.grading.i18n import Text, tr
 
 _GARBAGE = 30.0  # K and V of slots no request owns: read them and the result is far off
 
@@ -94,36 +95,39 @@ def _budget(kv_lens: list[int]) -> int:
 def _paged_call(fn: Callable, q, pool, kv_lens, tables, num_work_items: int):
     S = pool.shape[2]
     indptr, indices, last = _metadata(kv_lens, tables, S)
-    what = (f"paged_split_kv_decode(q [{q.shape[0]}, {q.shape[1]}, {q.shape[2]}], pool with "
-            f"page_size {S}, kv_lens {kv_lens}, num_work_items={num_work_items})")
+    what = tr("paged_split_kv_decode(q [{B}, {Hq}, {D}], pool with page_size {S}, kv_lens "
+              "{kv_lens}, num_work_items={num_work_items})", B=q.shape[0], Hq=q.shape[1],
+              D=q.shape[2], S=S, kv_lens=kv_lens, num_work_items=num_work_items)
     inputs = (q, pool, indptr, indices, last)
     copies = tuple(t.clone() for t in inputs)
     o, lse = _pair(fn(q, pool, indptr, indices, last, num_work_items), what)
     _unchanged(inputs, copies, what)
-    expect_shape(o, tuple(q.shape), f"{what}: o (one output per request and head)")
-    expect_shape(lse, tuple(q.shape[:2]), f"{what}: lse")
+    expect_shape(o, tuple(q.shape), tr("{what}: o (one output per request and head)",
+                                       what=what))
+    expect_shape(lse, tuple(q.shape[:2]), tr("{what}: lse", what=what))
     return o, lse, what
 
 
-def _paged_hint(o, lse, q, pool, kv_lens, tables) -> str:
+def _paged_hint(o, lse, q, pool, kv_lens, tables) -> Text | str:
+    """The classic mistake (o, lse) shows (a hint that starts with a space), or ''."""
     if not (bool(o.isfinite().all()) and bool(lse.isfinite().all())):
-        return " It holds inf or nan."
+        return tr(" It holds inf or nan.")
     want_o, want_lse = _expected_decode(q, pool, kv_lens, tables)
     if _close(o, want_o, 1e-4) and _close(lse, want_lse / math.log(2), 1e-4):
-        return " The output is right; the lse is in base 2. Return the natural log."
+        return tr(" The output is right; the lse is in base 2. Return the natural log.")
     S = pool.shape[2]
     full = [-(-n // S) * S for n in kv_lens]
     if any(f != n for f, n in zip(full, kv_lens, strict=True)) and _close(
             o, _expected_decode(q, pool, full, tables)[0], 1e-4):
-        return (" It matches reading every slot of each request's last page: only "
-                "kv_last_page_len of them hold tokens; the rest are whatever the pool held "
-                "before (here: large garbage).")
+        return tr(" It matches reading every slot of each request's last page: only "
+                  "kv_last_page_len of them hold tokens; the rest are whatever the pool held "
+                  "before (here: large garbage).")
     if len(kv_lens) > 1 and not _close(o[:1], want_o[:1], 1e-4) and _close(o[1:], want_o[1:],
                                                                            1e-4):
-        return " Only request 0 is wrong."
+        return tr(" Only request 0 is wrong.")
     if _close(o[:1], want_o[:1], 1e-4) and not _close(o, want_o, 1e-4):
-        return (" Request 0 is right and a later one is not: request b's pages are "
-                "kv_indices[kv_indptr[b]:kv_indptr[b+1]].")
+        return tr(" Request 0 is right and a later one is not: request b's pages are "
+                  "kv_indices[kv_indptr[b]:kv_indptr[b+1]].")
     return ""
 
 
@@ -135,9 +139,9 @@ def _paged_right(fn: Callable, q, pool, kv_lens, tables, num_work_items: int) ->
     if _close(o, engine) and _close(lse, want_lse):
         return
     worst = max(_worst(o, engine), _worst(lse, want_lse))
-    raise CheckFailed(f"{what} is off by up to {worst:.3g} from the engine's torch backend "
-                      "(o) and a float64 reference (lse)."
-                      + _paged_hint(o, lse, q, pool, kv_lens, tables))
+    raise CheckFailed(tr("{what} is off by up to {worst:.3g} from the engine's torch backend "
+                         "(o) and a float64 reference (lse).{hint}", what=what, worst=worst,
+                         hint=_paged_hint(o, lse, q, pool, kv_lens, tables)))
 
 
 def _paged_case(fn: Callable, page_size: int, Hq: int, Hkv: int, D: int, B: int,
@@ -159,7 +163,7 @@ def _paged_batches(fn: Callable) -> str:
     for S in (1, 3, 16):
         _paged_case(fn, S, 8, 2, 16, int(torch.randint(2, 5, ())),
                     lambda lens: [len(lens), _budget(lens)])
-    return "3 page sizes"
+    return tr("3 page sizes")
 
 
 @exercise("ch09.paged_split_kv_decode", "reads only each request's pages, and only "

@@ -11,17 +11,18 @@ import torch
 
 from minimodel.grading.ch09.common import _close, _unchanged, _worst
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_shape
+from minimodel.grading.i18n import Text, tr
 
 
 def _tensor(out: object, what: str) -> torch.Tensor:
     """The tensor a function returned, after checking it is one."""
-    expect(isinstance(out, torch.Tensor), f"{what} should return a torch.Tensor, got "
-                                          f"{type(out).__name__}")
+    expect(isinstance(out, torch.Tensor), tr("{what} should return a torch.Tensor, got {got}",
+                                             what=what, got=type(out).__name__))
     assert isinstance(out, torch.Tensor)
     return out
 
 
-def _softmax_problem(fn: Callable, x: torch.Tensor, block: int) -> str | None:
+def _softmax_problem(fn: Callable, x: torch.Tensor, block: int) -> Text | None:
     """What is wrong with fn(x, block), or None."""
     what = f"online_softmax(x {list(x.shape)}, block={block})"
     before = x.clone()
@@ -31,20 +32,21 @@ def _softmax_problem(fn: Callable, x: torch.Tensor, block: int) -> str | None:
     want = torch.softmax(x.double(), dim=-1)
     if _close(got, want, 1e-6):
         return None
-    message = f"{what} is off from x.softmax(-1) by up to {_worst(got, want):.3g}."
-    if not bool(got.isfinite().all()):
-        return message + (" It holds inf or nan: an exp of a large logit overflowed (float32 "
-                          "holds up to about exp(88.7)), or 0/0 came from exps that all "
-                          "underflowed. Every exp should see a logit minus a max that is at "
-                          "least as large.")
+    worst = _worst(got, want)
     sums = got.double().sum(-1)
-    if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
-        return message + (f" Its rows sum to {float(sums.min()):.3g}..{float(sums.max()):.3g}, "
-                          "not 1: the running sum must end as the sum over the whole row, in "
-                          "the same units (the same max) as the numerators it divides.")
-    return message + (" The rows sum to 1 but the values are wrong: when a block raises the "
-                      "running max, what was summed under the old max has to be brought to "
-                      "the new one.")
+    if not bool(got.isfinite().all()):
+        hint = tr(" It holds inf or nan: an exp of a large logit overflowed (float32 holds up to "
+                  "about exp(88.7)), or 0/0 came from exps that all underflowed. Every exp "
+                  "should see a logit minus a max that is at least as large.")
+    elif not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
+        hint = tr(" Its rows sum to {low:.3g}..{high:.3g}, not 1: the running sum must end as "
+                  "the sum over the whole row, in the same units (the same max) as the "
+                  "numerators it divides.", low=float(sums.min()), high=float(sums.max()))
+    else:
+        hint = tr(" The rows sum to 1 but the values are wrong: when a block raises the running "
+                  "max, what was summed under the old max has to be brought to the new one.")
+    return tr("{what} is off from x.softmax(-1) by up to {worst:.3g}.{hint}", what=what,
+              worst=worst, hint=hint)
 
 
 def _softmax_cases(fn: Callable, cases: list[tuple[torch.Tensor, int]]) -> None:
@@ -72,7 +74,7 @@ def _sm_blocks(fn: Callable) -> str:
         for block in (1, 8 if S == 64 else 3, S - 1, S, S + 5):
             cases.append((x, block))
     _softmax_cases(fn, cases)
-    return f"{len(cases)} (S, block) pairs"
+    return tr("{n} (S, block) pairs", n=len(cases))
 
 
 @exercise("ch09.online_softmax", "carries the max across blocks: rows that rise, fall, and "

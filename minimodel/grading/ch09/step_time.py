@@ -28,6 +28,7 @@ import torch
 from minimodel.checkpoints import SHAPES
 from minimodel.config import Qwen3Config
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, tr
 from minimodel.kernels.roofline import step_cost
 
 FORMATS = ("float32", "bfloat16", "int8", "int4")
@@ -83,8 +84,9 @@ def _count(cfg: Qwen3Config, batch: int, kv_len: int, weights: str) -> _Count:
     return _Count(flops, weight_bytes, nbytes - plain)
 
 
-def _mistakes(cfg: Qwen3Config, batch: int, kv_len: int, weights: str) -> list[tuple[_Count, str]]:
-    """Predictions with one classic mistake each, and the hint that names it."""
+def _mistakes(cfg: Qwen3Config, batch: int, kv_len: int, weights: str) -> list[tuple[_Count, Text]]:
+    """Predictions with one classic mistake each, and the hint that names it (a hint starts with
+    a space)."""
     right = _count(cfg, batch, kv_len, weights)
     mats = _matrices(cfg)
     C, L = cfg.hidden_size, cfg.num_hidden_layers
@@ -92,65 +94,72 @@ def _mistakes(cfg: Qwen3Config, batch: int, kv_len: int, weights: str) -> list[t
     kv_item = _act_dtype(weights).itemsize
     found = [
         (replace(right, weight_bytes=right.weight_bytes * batch),
-         "It reads the weights once per request; a step reads each weight once and multiplies "
-         "it by all B rows, which is what batching buys."),
-        (replace(right, kv_bytes=0), "It leaves out the K/V cache: each request reads the K "
-         "and V of its kv_len tokens in every layer."),
-        (replace(right, kv_bytes=right.kv_bytes / L), "Its K/V bytes are one layer's: every "
-         "one of the L layers reads its own K and V."),
-        (replace(right, kv_bytes=right.kv_bytes / 2), "Its K/V bytes count K or V, not both."),
-        (replace(right, combine="sum"), "It adds the memory time and the compute time; on the "
-         "roofline a step takes the larger of the two (the reads and the arithmetic overlap)."),
-        (replace(right, combine="memory"), "It is the memory time alone; where FLOPs / peak is "
-         "larger, the compute roof is the bound."),
-        (replace(right, flops=right.flops - attn_flops), "It leaves out attention's FLOPs, "
-         "4·Hq·D per cached token per layer per request."),
-        (replace(right, flops=right.flops - batch * sum(o * i for o, i in mats)), "It counts "
-         "1 FLOP per weight and request: a multiply and an add are 2."),
+         tr(" It reads the weights once per request; a step reads each weight once and "
+            "multiplies it by all B rows, which is what batching buys.")),
+        (replace(right, kv_bytes=0), tr(" It leaves out the K/V cache: each request reads the K "
+                                        "and V of its kv_len tokens in every layer.")),
+        (replace(right, kv_bytes=right.kv_bytes / L), tr(" Its K/V bytes are one layer's: every "
+                                                         "one of the L layers reads its own K "
+                                                         "and V.")),
+        (replace(right, kv_bytes=right.kv_bytes / 2),
+         tr(" Its K/V bytes count K or V, not both.")),
+        (replace(right, combine="sum"), tr(" It adds the memory time and the compute time; on "
+                                           "the roofline a step takes the larger of the two (the "
+                                           "reads and the arithmetic overlap).")),
+        (replace(right, combine="memory"), tr(" It is the memory time alone; where FLOPs / peak "
+                                              "is larger, the compute roof is the bound.")),
+        (replace(right, flops=right.flops - attn_flops), tr(" It leaves out attention's FLOPs, "
+                                                            "4·Hq·D per cached token per layer "
+                                                            "per request.")),
+        (replace(right, flops=right.flops - batch * sum(o * i for o, i in mats)),
+         tr(" It counts 1 FLOP per weight and request: a multiply and an add are 2.")),
         (replace(right, weight_bytes=right.weight_bytes - _matrix_bytes(*mats[-1], weights)),
-         "It leaves out the LM head, [V, C], the largest single matrix of a small model."),
+         tr(" It leaves out the LM head, [V, C], the largest single matrix of a small model.")),
         (replace(right, weight_bytes=right.weight_bytes
                  - L * (_matrix_bytes(C, cfg.q_size, weights) - _matrix_bytes(C, C, weights))
                  - L * (_matrix_bytes(cfg.q_size, C, weights) - _matrix_bytes(C, C, weights))),
-         "It takes q and o as [C, C]; they are [Hq·D, C] and [C, Hq·D], and Hq·D need not "
-         "equal C."),
-        (replace(right, unit=1e3), "It is in milliseconds; return seconds."),
+         tr(" It takes q and o as [C, C]; they are [Hq·D, C] and [C, Hq·D], and Hq·D need not "
+            "equal C.")),
+        (replace(right, unit=1e3), tr(" It is in milliseconds; return seconds.")),
     ]
     if weights in ("int8", "int4"):
         found += [
             (replace(right, kv_bytes=right.kv_bytes / kv_item * (1 if weights == "int8" else 0.5)),
-             "Its K/V are in the weights' format; quantization here is weight-only, and the K/V "
-             "cache stays bfloat16."),
+             tr(" Its K/V are in the weights' format; quantization here is weight-only, and the "
+                "K/V cache stays bfloat16.")),
             (replace(right, weight_bytes=right.weight_bytes - _matrix_bytes(*mats[-1], weights)
                      + 2 * mats[-1][0] * mats[-1][1]),
-             "Its LM head is bfloat16; the engine quantizes the LM head like every linear layer."),
+             tr(" Its LM head is bfloat16; the engine quantizes the LM head like every linear "
+                "layer.")),
         ]
     if weights == "int8":
         found.append((replace(right, weight_bytes=sum(o * i for o, i in mats)),
-                      "It leaves out the scales: a float32 scale (4 bytes) per output row."))
+                      tr(" It leaves out the scales: a float32 scale (4 bytes) per output row.")))
     if weights == "int4":
         halves = sum(o * i for o, i in mats) / 2
         found += [
-            (replace(right, weight_bytes=halves), "It leaves out the scales and zero points: a "
-             "bfloat16 scale and zero point (4 bytes) per group of 128 inputs of a row."),
-            (replace(right, weight_bytes=halves + 4 * sum(o for o, _ in mats)), "It keeps one "
-             "scale and zero point per row; int4 keeps one per group of 128 inputs of a row."),
+            (replace(right, weight_bytes=halves), tr(" It leaves out the scales and zero points: "
+                                                     "a bfloat16 scale and zero point (4 bytes) "
+                                                     "per group of 128 inputs of a row.")),
+            (replace(right, weight_bytes=halves + 4 * sum(o for o, _ in mats)),
+             tr(" It keeps one scale and zero point per row; int4 keeps one per group of 128 "
+                "inputs of a row.")),
             (replace(right, weight_bytes=halves + 2 * sum(o * i for o, i in mats) / GROUP),
-             "It counts only the scale of each group; each group also has a zero point."),
-            (replace(right, weight_bytes=right.weight_bytes + halves), "It takes a byte per int4 "
-             "weight; two of them share a byte."),
+             tr(" It counts only the scale of each group; each group also has a zero point.")),
+            (replace(right, weight_bytes=right.weight_bytes + halves),
+             tr(" It takes a byte per int4 weight; two of them share a byte.")),
         ]
     return found
 
 
 def _hint(got: float, cfg: Qwen3Config, batch: int, kv_len: int, weights: str, bandwidth: float,
-          peak: float) -> str:
+          peak: float) -> Text | str:
     """The hint of the one classic mistake that gives `got`; '' when none or several fit."""
     right = _count(cfg, batch, kv_len, weights).seconds(bandwidth, peak)
     hints = [hint for count, hint in _mistakes(cfg, batch, kv_len, weights)
              if not math.isclose(count.seconds(bandwidth, peak), right, rel_tol=_REL)
              and math.isclose(got, count.seconds(bandwidth, peak), rel_tol=_REL)]
-    return " " + hints[0] if len(hints) == 1 else ""
+    return hints[0] if len(hints) == 1 else ""
 
 
 def _describe(cfg: Qwen3Config) -> str:
@@ -160,30 +169,33 @@ def _describe(cfg: Qwen3Config) -> str:
 
 
 def _problem(fn: Callable, cfg: Qwen3Config, batch: int, kv_len: int, weights: str,
-             bandwidth: float, peak: float) -> tuple[str, str] | None:
-    """(what is wrong with fn's answer, a hint naming the mistake or ''); None if it is right."""
+             bandwidth: float, peak: float) -> tuple[Text, Text | str] | None:
+    """(what is wrong with fn's answer, its hint included; the hint naming the mistake, or '');
+    None if it is right."""
     what = (f"predict_step_seconds({_describe(cfg)}; batch={batch}, kv_len={kv_len}, "
             f"{weights!r}, bandwidth={bandwidth:.3g}, peak_flops={peak:.3g})")
     got = fn(cfg, batch, kv_len, weights, bandwidth, peak)
     if not isinstance(got, numbers.Real) or isinstance(got, bool):
-        return f"{what} returned a {type(got).__name__}; return a number of seconds (float)", ""
+        return tr("{what} returned a {got}; return a number of seconds (float)", what=what,
+                  got=type(got).__name__), ""
     right = _count(cfg, batch, kv_len, weights)
     want = right.seconds(bandwidth, peak)
     if math.isclose(float(got), want, rel_tol=_REL):
         return None
     memory = (right.weight_bytes + right.kv_bytes) / bandwidth
-    bound = "memory" if memory >= right.flops / peak else "compute"
-    return (f"{what} returned {float(got):.6g} s, expected {want:.6g} s ({bound}-bound: "
-            f"{right.weight_bytes + right.kv_bytes:.6g} bytes, {right.flops:.6g} FLOPs).",
-            _hint(float(got), cfg, batch, kv_len, weights, bandwidth, peak))
+    bound = tr("memory-bound") if memory >= right.flops / peak else tr("compute-bound")
+    hint = _hint(float(got), cfg, batch, kv_len, weights, bandwidth, peak)
+    return tr("{what} returned {got:.6g} s, expected {want:.6g} s ({bound}: {nbytes:.6g} bytes, "
+              "{flops:.6g} FLOPs).{hint}", what=what, got=float(got), want=want, bound=bound,
+              nbytes=right.weight_bytes + right.kv_bytes, flops=right.flops, hint=hint), hint
 
 
 def _cases(fn: Callable, cases: list[tuple[Qwen3Config, int, int, str, float, float]]) -> None:
     """Fail on the first wrong case, preferring one whose mistake can be named."""
     problems = [p for case in cases if (p := _problem(fn, *case))]
     if problems:
-        message, hint = max(problems, key=lambda p: bool(p[1]))  # the first with a hint
-        raise CheckFailed(message + hint)
+        message, _ = max(problems, key=lambda p: bool(p[1]))  # the first with a hint
+        raise CheckFailed(message)
 
 
 def _random_config() -> Qwen3Config:
@@ -207,7 +219,7 @@ def _roof() -> tuple[float, float]:
     return float(torch.empty(()).uniform_(10e9, 100e9)), float(torch.empty(()).uniform_(5e10, 2e12))
 
 
-def _random_steps(fn: Callable, formats: tuple[str, str]) -> str:
+def _random_steps(fn: Callable, formats: tuple[str, str]) -> Text:
     """12 decode steps of random configs, batches and contexts on random roofs, the two
     formats taking turns."""
     cases = []
@@ -216,7 +228,7 @@ def _random_steps(fn: Callable, formats: tuple[str, str]) -> str:
         batch, kv_len = int(torch.randint(1, 9, ())), int(torch.randint(1, 4097, ()))
         cases.append((cfg, batch, kv_len, formats[i % 2], *_roof()))
     _cases(fn, cases)
-    return "12 random configs"
+    return tr("12 random configs")
 
 
 @exercise("ch09.predict_step_seconds", "float32 and bfloat16 decode steps of random configs: "
@@ -252,8 +264,9 @@ def _compute_bound(fn: Callable) -> None:
         cfg, args = _random_config(), (256, 512, weights, 100e9)
         slow, fast = fn(cfg, *args, 1e10), fn(cfg, *args, 2e10)
         expect(math.isclose(float(slow), 2 * float(fast), rel_tol=1e-6),
-               f"a compute-bound step ({weights}, batch 256) should take twice as long on half "
-               f"the peak FLOP/s; got {float(slow):.6g} s and {float(fast):.6g} s")
+               tr("a compute-bound step ({weights}, batch 256) should take twice as long on half "
+                  "the peak FLOP/s; got {slow:.6g} s and {fast:.6g} s", weights=weights,
+                  slow=float(slow), fast=float(fast)))
 
 
 @exercise("ch09.predict_step_seconds", "the published Qwen3 shapes, 0.6B to 8B, at batch 1 and "
@@ -264,5 +277,5 @@ def _published(fn: Callable) -> str:
     _cases(fn, cases)
     cfg = SHAPES["qwen3-8b"]
     times = {w: _count(cfg, 1, 1024, w).seconds(50e9, 1e12) for w in ("bfloat16", "int4")}
-    return (f"Qwen3-8B at batch 1: {times['bfloat16'] * 1e3:.0f} ms a step in bfloat16, "
-            f"{times['int4'] * 1e3:.0f} ms in int4")
+    return tr("Qwen3-8B at batch 1: {bf16:.0f} ms a step in bfloat16, {int4:.0f} ms in int4",
+              bf16=times["bfloat16"] * 1e3, int4=times["int4"] * 1e3)

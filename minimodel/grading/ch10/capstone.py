@@ -20,6 +20,7 @@ from minimodel.grading.ch10.reference import (
     _tp_reference,
 )
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, tr
 
 _LAST_RUN: list = []  # [(fn, reports or the failure)]: the checks of one check() call share it
 
@@ -62,9 +63,10 @@ def _tp_outputs(fn: Callable) -> None:
     for i, rank, rep in _each(_tp_reports(fn)):
         problem = _out_problem(torch.from_numpy(rep["out"]), i, rank, _TP_WORLD)
         if problem:
-            raise CheckFailed(problem + " With one rank it was right, so look at what the "
-                              "ranks must add up and what each must hold: which rows of each "
-                              "weight a rank uses, and where the partial sums are all-reduced.")
+            raise CheckFailed(tr("{problem} With one rank it was right, so look at what the "
+                                 "ranks must add up and what each must hold: which rows of each "
+                                 "weight a rank uses, and where the partial sums are "
+                                 "all-reduced.", problem=problem))
 
 
 @exercise("ch10.tp_decoder_layer", "each rank keeps the K (after QK-norm and RoPE) and V of the "
@@ -79,41 +81,44 @@ def _tp_kv(fn: Callable) -> None:
 
 @exercise("ch10.tp_decoder_layer", "two all-reduces per layer, of [T, C] each: the first sums "
           "o_proj's partials, the second down_proj's (recorded on the wire)")
-def _tp_wire(fn: Callable) -> str:
+def _tp_wire(fn: Callable) -> Text:
     for i, rank, rep in _each(_tp_reports(fn)):
         name, cfg, _, x = _tp_cases()[i]
         ref = _tp_reference(i)
         shapes = [s for s, _ in rep["reduces"]]
-        where = f"On {name}, rank {rank} of {_TP_WORLD}"
-        expect(len(shapes) == 2, (
-            f"{where}: {len(shapes)} all-reduce(s) {shapes}. A Qwen3 block needs exactly two: "
-            "one after the row-parallel o_proj and one after the row-parallel down_proj"
-            + (". With none, no rank ever sees the others' partial sums." if not shapes else
-               ".")))
+        where = tr("On {name}, rank {rank} of {world}", name=name, rank=rank, world=_TP_WORLD)
+        none = tr(" With none, no rank ever sees the others' partial sums.") if not shapes else ""
+        expect(len(shapes) == 2, tr(
+            "{where}: {n} all-reduce(s) {shapes}. A Qwen3 block needs exactly two: one after the "
+            "row-parallel o_proj and one after the row-parallel down_proj.{none}", where=where,
+            n=len(shapes), shapes=shapes, none=none))
         for j, ((shape, summed), branch, layer) in enumerate(
                 zip(rep["reduces"], ("attn", "mlp"), ("o_proj", "down_proj"), strict=True)):
-            expect(shape == tuple(x.shape), (
-                f"{where}: all-reduce {j + 1} carried a tensor of shape {list(shape)}; both "
-                f"carry the [T, C] = {list(x.shape)} partial sums of a row-parallel layer."))
+            expect(shape == tuple(x.shape), tr(
+                "{where}: all-reduce {j} carried a tensor of shape {shape}; both carry the "
+                "[T, C] = {want} partial sums of a row-parallel layer.", where=where, j=j + 1,
+                shape=list(shape), want=list(x.shape)))
             got = torch.from_numpy(summed)
             if torch.allclose(got, ref[branch], atol=_TP_TOL, rtol=_TP_TOL):
                 continue
             hint = ""
             for extra in (x, ref["out"] - ref["mlp"]):  # the residual stream before the add
                 if torch.allclose(got, ref[branch] + _TP_WORLD * extra, atol=1e-3, rtol=1e-3):
-                    hint = (" It summed the residual too, once per rank: add the residual "
-                            "after the all-reduce.")
-            raise CheckFailed(f"{where}: all-reduce {j + 1} should sum the partial outputs of "
-                              f"{layer} (the {'attention' if branch == 'attn' else 'MLP'} "
-                              f"branch, before its residual add), and summed something else."
-                              + hint)
+                    hint = tr(" It summed the residual too, once per rank: add the residual "
+                              "after the all-reduce.")
+            part = tr("the attention branch") if branch == "attn" else tr("the MLP branch")
+            raise CheckFailed(tr("{where}: all-reduce {j} should sum the partial outputs of "
+                                 "{layer} ({part}, before its residual add), and summed "
+                                 "something else.{hint}", where=where, j=j + 1, layer=layer,
+                                 part=part, hint=hint))
     C = _tp_cases()[0][1].hidden_size
-    return f"bard: 2 x {C} float32 numbers = {2 * C * 4:,d} bytes per token and layer"
+    return tr("bard: 2 x {C} float32 numbers = {nbytes:,d} bytes per token and layer", C=C,
+              nbytes=2 * C * 4)
 
 
 @exercise("ch10.tp_decoder_layer", "each rank does about 1/W of the layer's matmul work (FLOPs "
           "counted) with your column_parallel_linear, row_parallel_linear and shard_qkv")
-def _tp_work(fn: Callable) -> str:
+def _tp_work(fn: Callable) -> Text:
     ratios = []
     for i, rank, rep in _each(_tp_reports(fn)):
         name, cfg, _, x = _tp_cases()[i]
@@ -124,14 +129,17 @@ def _tp_work(fn: Callable) -> str:
             hkv - cfg.num_key_value_heads / _TP_WORLD)
         share = full / _TP_WORLD + extra
         ratios.append(rep["flops"] / share)
-        expect(rep["flops"] <= 1.1 * share, (
-            f"On {name}, rank {rank} of {_TP_WORLD} did {rep['flops'] / full:.2f} of the "
-            f"layer's matmul FLOPs; its share is {share / full:.2f}. A rank that multiplies by "
-            "the whole weights gets the right numbers, but then the ranks save nothing: each "
-            "must compute only its heads and its columns of the intermediate size."))
+        expect(rep["flops"] <= 1.1 * share, tr(
+            "On {name}, rank {rank} of {world} did {did:.2f} of the layer's matmul FLOPs; its "
+            "share is {share:.2f}. A rank that multiplies by the whole weights gets the right "
+            "numbers, but then the ranks save nothing: each must compute only its heads and its "
+            "columns of the intermediate size.", name=name, rank=rank, world=_TP_WORLD,
+            did=rep["flops"] / full, share=share / full))
         missing = [p for p in _PIECES if not rep["calls"].get(p)]
-        expect(not missing, (
-            f"tp_decoder_layer never called your {', '.join(missing)}. Build the layer from "
-            "the functions of exercises 1, 2 and 4 of this notebook. Calls seen on rank "
-            f"{rank}: {rep['calls'] or 'none'}."))
-    return f"each rank did {max(ratios):.2f} of its share at most"
+        seen = (tr("Calls seen on rank {rank}: {calls}.", rank=rank, calls=rep["calls"])
+                if rep["calls"] else tr("Calls seen on rank {rank}: none.", rank=rank))
+        expect(not missing, tr(
+            "tp_decoder_layer never called your {missing}. Build the layer from the functions of "
+            "exercises 1, 2 and 4 of this notebook. {seen}", missing=", ".join(missing),
+            seen=seen))
+    return tr("each rank did {ratio:.2f} of its share at most", ratio=max(ratios))

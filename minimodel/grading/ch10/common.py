@@ -1,11 +1,14 @@
 """What several of chapter 10's checks share: seeded generators, the tolerance of each dtype,
-and the random inputs of a linear layer split over ranks, in each dtype its cases run in."""
+the random inputs of a linear layer split over ranks, in each dtype its cases run in, and how a
+case names its bias."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import torch
+
+from minimodel.grading.i18n import Text, tr
 
 _LinearCase = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, int]  # x, weight, bias, W
 
@@ -39,3 +42,8 @@ def _case_dtypes(n: int) -> Iterator[tuple[int, torch.dtype, bool]]:
     for i in range(n):
         yield i, torch.float32, True
         yield i, torch.float64, False
+
+
+def _bias_note(bias: bool) -> Text:
+    """How a case's what names its bias: "bias yes" or "bias None"."""
+    return tr("bias yes") if bias else tr("bias None")

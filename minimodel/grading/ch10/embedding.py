@@ -10,6 +10,7 @@ import torch
 
 from minimodel.grading.ch10.common import _gen
 from minimodel.grading.core import CheckFailed, exercise, expect, expect_close, expect_shape
+from minimodel.grading.i18n import tr
 
 _DTYPES = (torch.float32, torch.float64)
 _EMB_CASES = [(10, 4, 2), (101, 8, 2), (64, 6, 4), (7, 3, 3), (30, 5, 8), (12, 4, 1)]
@@ -53,11 +54,12 @@ def _emb_each(fn: Callable) -> None:
                 if not torch.equal(got, want):
                     wrong = (got != want).any(-1)
                     bad = int(ids[wrong][0])
-                    raise CheckFailed(
-                        f"rank {rank} of {W} (V={V}, its shard holds ids {rank * Vp}.."
-                        f"{rank * Vp + shard.shape[0] - 1}) is wrong for id {bad}: "
-                        + ("it belongs to this rank" if mine[wrong][0] else
-                           "it belongs to another rank, so this rank's row must be zeros"))
+                    why = (tr("it belongs to this rank") if mine[wrong][0] else
+                           tr("it belongs to another rank, so this rank's row must be zeros"))
+                    raise CheckFailed(tr(
+                        "rank {rank} of {world} (V={V}, its shard holds ids {first}..{last}) is "
+                        "wrong for id {bad}: {why}", rank=rank, world=W, V=V, first=rank * Vp,
+                        last=rank * Vp + shard.shape[0] - 1, bad=bad, why=why))
 
 
 @exercise("ch10.vocab_parallel_embedding", "summed over the ranks (the all-reduce) it is the "
@@ -66,8 +68,8 @@ def _emb_sum(fn: Callable) -> None:
     for i in range(len(_EMB_CASES)):
         table, ids, W = _emb_case(i, torch.float32)
         total = sum(fn(ids, _shard(table, r, W), r, W, table.shape[0]) for r in range(W))
-        expect_close(total, table[ids], f"sum over {W} ranks (V={table.shape[0]})", atol=0,
-                     rtol=0)
+        expect_close(total, table[ids], tr("sum over {world} ranks (V={V})", world=W,
+                                           V=table.shape[0]), atol=0, rtol=0)
 
 
 @exercise("ch10.vocab_parallel_embedding", "leaves ids and the shard unchanged")
@@ -77,4 +79,4 @@ def _emb_pure(fn: Callable) -> None:
     copies = (ids.clone(), shard.clone())
     fn(ids, shard, 1, W, table.shape[0])
     expect(torch.equal(ids, copies[0]) and torch.equal(shard, copies[1]),
-           "vocab_parallel_embedding changed ids or the shard in place")
+           tr("vocab_parallel_embedding changed ids or the shard in place"))

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from minimodel.grading.ch10.common import _gen
 from minimodel.grading.core import CheckFailed, exercise, expect_close, expect_shape
+from minimodel.grading.i18n import Text, tr
 
 _QKV_CASES = [  # (Hq, Hkv, D, C, W): KV heads split, or fewer KV heads than ranks (replicated)
     (4, 2, 3, 5, 2), (8, 4, 2, 6, 4), (4, 1, 4, 3, 2), (8, 2, 2, 4, 4), (16, 2, 1, 3, 8),
@@ -39,10 +40,13 @@ def _qkv_weight(Hq, Hkv, D, C, dtype, seed):
     return w
 
 
-def _row_names(Hq, Hkv, D) -> list[str]:
-    return ([f"q head {h}" for h in range(Hq) for _ in range(D)]
-            + [f"k head {h}" for h in range(Hkv) for _ in range(D)]
-            + [f"v head {h}" for h in range(Hkv) for _ in range(D)])
+def _row_names(Hq, Hkv, D) -> list[Text]:
+    q = [tr("q head {h}", h=h) for h in range(Hq)]
+    k = [tr("k head {h}", h=h) for h in range(Hkv)]
+    v = [tr("v head {h}", h=h) for h in range(Hkv)]
+    return ([q[h] for h in range(Hq) for _ in range(D)]
+            + [k[h] for h in range(Hkv) for _ in range(D)]
+            + [v[h] for h in range(Hkv) for _ in range(D)])
 
 
 @exercise("ch10.shard_qkv", "rank r holds its query heads, then the KV heads they read, for k "
@@ -76,9 +80,10 @@ def _compare_qkv(fn, Hq, Hkv, D, C, W, dtype, seed) -> None:
             j = int((got != want).any(-1).nonzero()[0])
             src = got[j, 0]
             held = names[int(src)] if float(src).is_integer() and 0 <= src < len(names) \
-                else "a row that is not in the weight"
-            raise CheckFailed(f"rank {rank} of {W} (Hq={Hq}, Hkv={Hkv}, D={D}): its row {j} "
-                              f"should be {names[int(want[j, 0])]}, got {held}")
+                else tr("a row that is not in the weight")
+            raise CheckFailed(tr("rank {rank} of {world} (Hq={Hq}, Hkv={Hkv}, D={D}): its row {j} "
+                                 "should be {want}, got {held}", rank=rank, world=W, Hq=Hq,
+                                 Hkv=Hkv, D=D, j=j, want=names[int(want[j, 0])], held=held))
 
 
 @exercise("ch10.shard_qkv", "its q/k/v blocks, as the layer splits them, give the rank's heads "
@@ -92,6 +97,6 @@ def _qkv_product(fn: Callable) -> None:
         q, k, _ = F.linear(x, fn(w, Hq, Hkv, D, rank, W)).split(
             [Hq // W * D, Hkv // W * D, Hkv // W * D], dim=-1)
         expect_close(q, full_q.view(3, Hq, D)[:, rank * Hq // W:(rank + 1) * Hq // W].reshape(
-            3, -1), f"rank {rank}'s queries")
+            3, -1), tr("rank {rank}'s queries", rank=rank))
         expect_close(k, full_k.view(3, Hkv, D)[:, rank:rank + 1].reshape(3, -1),
-                     f"rank {rank}'s keys")
+                     tr("rank {rank}'s keys", rank=rank))

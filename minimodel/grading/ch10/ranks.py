@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 
 from minimodel.grading.ch10.reference import _call_layer, _tp_cases, _tp_one_rank
-from minimodel.grading.core import CheckFailed, expect
+from minimodel.grading.core import CheckFailed, _message, expect
+from minimodel.grading.i18n import tr
 
 _TP_WORLD = 2
 _STARTUP_S = 300.0  # start the server (imports torch), load the notebook: generous under load
@@ -47,16 +48,16 @@ def _function_ref(fn: Callable) -> tuple[str, str, str]:
         try:
             path = find_notebook("ch10")
         except FileNotFoundError as e:
-            raise CheckFailed(
+            raise CheckFailed(tr(
                 "The two ranks run in new processes, which cannot see this one's memory: each "
                 "loads tp_decoder_layer from your saved ch10 notebook, and none was found here. "
-                f"{e}") from None
+                "{error}", error=str(e))) from None
         return "notebook", str(path.resolve()), name
     if module.startswith(PREFIX):
         return "notebook", str(sys.modules[module].__file__), name
     if "<locals>" in getattr(fn, "__qualname__", "<locals>"):
-        raise CheckFailed("Define tp_decoder_layer at the top level: the two ranks run in new "
-                          "processes, which look it up by name.")
+        raise CheckFailed(tr("Define tp_decoder_layer at the top level: the two ranks run in "
+                             "new processes, which look it up by name."))
     return "module", module, fn.__qualname__
 
 
@@ -132,7 +133,7 @@ def _rank_main(rank: int, world: int, init_method: str, ref: tuple[str, str, str
     except NotImplementedError:
         results.put(("todo", rank, ""))
     except CheckFailed as e:
-        results.put(("fail", rank, str(e)))
+        results.put(("fail", rank, _message(e)))  # a Text: both languages reach the parent
     except BaseException:
         results.put(("error", rank, traceback.format_exc(limit=-6)))
 
@@ -167,16 +168,19 @@ def _two_ranks(fn: Callable) -> list[list[dict]]:
     try:  # a stub is "not implemented yet" and a wrong layer fails here, cheaply
         _tp_one_rank(fn)
     except CheckFailed:
-        raise CheckFailed("Not run on two processes: it must first pass with one rank (the "
-                          "first check).") from None
+        raise CheckFailed(tr("Not run on two processes: it must first pass with one rank (the "
+                             "first check).")) from None
     ref = _function_ref(fn)
     if ref[0] == "notebook" and fn.__module__ == "__main__":
         differ = _unsaved(fn, Path(ref[1]))
-        expect(not differ, (
-            f"{', '.join(differ)} in {Path(ref[1]).name}, as saved, "
-            f"{'is' if len(differ) == 1 else 'are'} not what this kernel runs. The two ranks "
-            "are new processes: each loads your functions from the saved notebook. Save the "
-            "notebook (Ctrl-S) and run this check again."))
+        names, notebook = ", ".join(differ), Path(ref[1]).name
+        head = (tr("{names} in {notebook}, as saved, is not what this kernel runs.",
+                   names=names, notebook=notebook) if len(differ) == 1 else
+                tr("{names} in {notebook}, as saved, are not what this kernel runs.",
+                   names=names, notebook=notebook))
+        expect(not differ, tr(
+            "{head} The two ranks are new processes: each loads your functions from the saved "
+            "notebook. Save the notebook (Ctrl-S) and run this check again.", head=head))
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload([__name__])  # the server imports torch once; ranks fork from it
     results = ctx.Queue()
@@ -197,25 +201,29 @@ def _two_ranks(fn: Callable) -> list[list[dict]]:
                 gone = [p for r, p in enumerate(procs) if r not in reports
                         and p.exitcode is not None]
                 if gone:
-                    raise CheckFailed(f"Rank process {gone[0].name} exited with code "
-                                      f"{gone[0].exitcode} before it reported.") from None
+                    raise CheckFailed(tr("Rank process {name} exited with code {code} before "
+                                         "it reported.", name=gone[0].name,
+                                         code=gone[0].exitcode)) from None
                 if first_done is not None and now - first_done > _STRAGGLER_S:
                     waiting = [r for r in range(_TP_WORLD) if r not in reports]
-                    raise CheckFailed(
-                        f"Rank(s) {waiting} were still running {_STRAGGLER_S:.0f} s after rank "
-                        f"{sorted(reports)[0]} had finished: most likely waiting in an "
-                        "all-reduce that the other rank never made. Every rank must call "
-                        "all_reduce the same number of times, in the same order.") from None
+                    raise CheckFailed(tr(
+                        "Rank(s) {waiting} were still running {after:.0f} s after rank {done} "
+                        "had finished: most likely waiting in an all-reduce that the other rank "
+                        "never made. Every rank must call all_reduce the same number of times, "
+                        "in the same order.", waiting=waiting, after=_STRAGGLER_S,
+                        done=sorted(reports)[0])) from None
                 if now > deadline:
-                    raise CheckFailed(f"The {_TP_WORLD} ranks did not finish within "
-                                      f"{_STARTUP_S:.0f} s.") from None
+                    raise CheckFailed(tr("The {world} ranks did not finish within "
+                                         "{limit:.0f} s.", world=_TP_WORLD,
+                                         limit=_STARTUP_S)) from None
                 continue
             if kind == "todo":
                 raise NotImplementedError
             if kind == "fail":
                 raise CheckFailed(payload)
             if kind == "error":
-                raise CheckFailed(f"On rank {rank} of {_TP_WORLD} your layer raised:\n{payload}")
+                raise CheckFailed(tr("On rank {rank} of {world} your layer raised:\n{payload}",
+                                     rank=rank, world=_TP_WORLD, payload=payload))
             reports[rank] = payload
             first_done = first_done or time.monotonic()
     finally:

@@ -21,6 +21,7 @@ import torch
 from minimodel.config import Qwen3Config
 from minimodel.grading.ch10.common import _gen
 from minimodel.grading.core import CheckFailed, expect, expect_shape
+from minimodel.grading.i18n import Text, tr
 
 _TP_TOL = 1e-4
 # One KV head and four query heads: two ranks must both hold (replicate) the KV head; Hq·D ≠ C.
@@ -47,7 +48,7 @@ def _engine_layout(hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 @functools.cache
-def _tp_cases() -> tuple[tuple[str, Qwen3Config, dict[str, torch.Tensor], torch.Tensor], ...]:
+def _tp_cases() -> tuple[tuple[Text, Qwen3Config, dict[str, torch.Tensor], torch.Tensor], ...]:
     """(name, config, the layer's weights in the engine's layout, x [T, C]) for bard's layer 0
     and for a random layer with one KV head."""
     from safetensors import safe_open
@@ -74,9 +75,10 @@ def _tp_cases() -> tuple[tuple[str, Qwen3Config, dict[str, torch.Tensor], torch.
     for n, size in (("input_layernorm", C), ("post_attention_layernorm", C),
                     ("self_attn.q_norm", D), ("self_attn.k_norm", D)):
         rnd[f"{n}.weight"] = 1 + 0.2 * torch.randn(size, generator=g)
-    return (("bard layer 0", bard, _engine_layout(hf), torch.randn(7, bard.hidden_size,
-                                                                     generator=g)),
-            ("a layer with 1 KV head", c, _engine_layout(rnd), torch.randn(5, C, generator=g)))
+    return ((tr("bard layer 0"), bard, _engine_layout(hf), torch.randn(7, bard.hidden_size,
+                                                                         generator=g)),
+            (tr("a layer with 1 KV head"), c, _engine_layout(rnd),
+             torch.randn(5, C, generator=g)))
 
 
 @functools.cache
@@ -132,47 +134,53 @@ def _call_layer(fn: Callable, i: int, rank: int, world: int) -> tuple[torch.Tens
     given = dict(w)
     with torch.no_grad():
         got = fn(given, cfg, x.clone(), rank, world)
-    what = f"tp_decoder_layer on {name} (T={x.shape[0]}), rank {rank} of {world}"
+    what = tr("tp_decoder_layer on {name} (T={T}), rank {rank} of {world}", name=name,
+              T=x.shape[0], rank=rank, world=world)
     expect(isinstance(got, tuple) and len(got) == 3,
-           f"{what} returned {type(got).__name__}; return a tuple (out, k, v)")
+           tr("{what} returned {got}; return a tuple (out, k, v)", what=what,
+              got=type(got).__name__))
     out, k, v = got
-    expect_shape(out, tuple(x.shape), f"{what}: out")
+    expect_shape(out, tuple(x.shape), tr("{what}: out", what=what))
     for t, n in ((k, "k"), (v, "v")):
-        expect(isinstance(t, torch.Tensor), f"{what}: {n} should be a torch.Tensor, got "
-                                            f"{type(t).__name__}")
+        expect(isinstance(t, torch.Tensor),
+               tr("{what}: {name} should be a torch.Tensor, got {got}", what=what, name=n,
+                  got=type(t).__name__))
     expect(given.keys() == w.keys() and all(given[n] is w[n] for n in w),
-           f"{what} changed the weights dict; read it, don't modify it")
+           tr("{what} changed the weights dict; read it, don't modify it", what=what))
     return out.detach(), k.detach(), v.detach()
 
 
-def _out_problem(out: torch.Tensor, i: int, rank: int, world: int) -> str | None:
+def _out_problem(out: torch.Tensor, i: int, rank: int, world: int) -> Text | None:
     ref = _tp_reference(i)
     if torch.allclose(out, ref["out"], atol=_TP_TOL, rtol=_TP_TOL):
         return None
     name = _tp_cases()[i][0]
     err = float((out - ref["out"]).abs().nan_to_num(float("inf")).max())
-    return (f"On {name}, rank {rank} of {world}: max |out - the reference layer| = {err:.3g} "
-            f"(tolerance {_TP_TOL}).")
+    return tr("On {name}, rank {rank} of {world}: max |out - the reference layer| = {err:.3g} "
+              "(tolerance {tol}).", name=name, rank=rank, world=world, err=err, tol=_TP_TOL)
 
 
-def _kv_problem(k: torch.Tensor, v: torch.Tensor, i: int, rank: int, world: int) -> str | None:
+def _kv_problem(k: torch.Tensor, v: torch.Tensor, i: int, rank: int, world: int) -> Text | None:
     name, cfg, _, _ = _tp_cases()[i]
     ref = _tp_reference(i)
     heads = _rank_kv_heads(cfg, rank, world)
     T, D = ref["k"].shape[0], cfg.head_dim
     for got, n in ((k, "k"), (v, "v")):
-        expect_shape(got, (T, len(heads), D), (
-            f"On {name}, rank {rank} of {world}: {n} (the {len(heads)} KV head(s) of "
-            f"{cfg.num_key_value_heads} that this rank keeps in its cache)"))
-    for got, full, what in ((k, ref["k"], "K (after k_norm and RoPE)"), (v, ref["v"], "V")):
+        expect_shape(got, (T, len(heads), D), tr(
+            "On {name}, rank {rank} of {world}: {n} (the {kept} KV head(s) of {total} that this "
+            "rank keeps in its cache)", name=name, rank=rank, world=world, n=n,
+            kept=len(heads), total=cfg.num_key_value_heads))
+    for got, full, what in ((k, ref["k"], tr("K (after k_norm and RoPE)")), (v, ref["v"], "V")):
         want = full[:, heads]
         if not torch.allclose(got, want, atol=_TP_TOL, rtol=_TP_TOL):
             others = [h for h in range(cfg.num_key_value_heads)
                       if torch.allclose(got[:, 0], full[:, h], atol=_TP_TOL, rtol=_TP_TOL)]
-            held = f"its first is KV head {others[0]}" if others else "it is no KV head's"
-            return (f"On {name} (Hq={cfg.num_attention_heads}, Hkv={cfg.num_key_value_heads}), "
-                    f"rank {rank} of {world} should keep the {what} of KV head(s) {heads}, the "
-                    f"one(s) its query heads read; {held}.")
+            held = (tr("its first is KV head {head}", head=others[0]) if others
+                    else tr("it is no KV head's"))
+            return tr("On {name} (Hq={Hq}, Hkv={Hkv}), rank {rank} of {world} should keep the "
+                      "{what} of KV head(s) {heads}, the one(s) its query heads read; {held}.",
+                      name=name, Hq=cfg.num_attention_heads, Hkv=cfg.num_key_value_heads,
+                      rank=rank, world=world, what=what, heads=heads, held=held)
     return None
 
 
@@ -182,6 +190,7 @@ def _tp_one_rank(fn: Callable) -> None:
         out, k, v = _call_layer(fn, i, 0, 1)
         problem = _out_problem(out, i, 0, 1) or _kv_problem(k, v, i, 0, 1)
         if problem:
-            raise CheckFailed(problem + " With one rank your layer is the whole layer: check "
-                              "the norms, RoPE (positions 0..T-1), the causal attention of "
-                              "each query head on its KV head, and both residual adds.")
+            raise CheckFailed(tr("{problem} With one rank your layer is the whole layer: check "
+                                 "the norms, RoPE (positions 0..T-1), the causal attention of "
+                                 "each query head on its KV head, and both residual adds.",
+                                 problem=problem))

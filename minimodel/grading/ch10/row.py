@@ -9,8 +9,15 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from minimodel.grading.ch10.common import _case_dtypes, _linear_case, _LinearCase, _tol
+from minimodel.grading.ch10.common import (
+    _bias_note,
+    _case_dtypes,
+    _linear_case,
+    _LinearCase,
+    _tol,
+)
 from minimodel.grading.core import CheckFailed, exercise, expect_close, expect_shape
+from minimodel.grading.i18n import tr
 
 _ROW_CASES = [(3, 8, 6, 2), (1, 16, 16, 4), (5, 24, 7, 3), (2, 40, 12, 8), (4, 10, 8, 1)]
 
@@ -40,9 +47,9 @@ def _row_sum(fn: Callable) -> None:
         x, w, b, W = _row_case(i, dtype, bias)
         parts = _row_partials(fn, x, w, b, W)
         expect_close(torch.stack(parts).sum(0), F.linear(x, w, b),
-                     f"sum over {W} ranks (weight {tuple(w.shape)}, bias "
-                     f"{'yes' if bias else 'None'})", atol=10 * _tol(dtype),
-                     rtol=10 * _tol(dtype))
+                     tr("sum over {world} ranks (weight {shape}, {bias})", world=W,
+                        shape=tuple(w.shape), bias=_bias_note(bias)),
+                     atol=10 * _tol(dtype), rtol=10 * _tol(dtype))
 
 
 @exercise("ch10.row_parallel_linear", "rank r multiplies its input slice by its weight columns;"
@@ -58,6 +65,8 @@ def _row_each(fn: Callable) -> None:
             if not torch.allclose(got, want, atol=1e-5, rtol=1e-5):
                 if torch.allclose(got, x_r @ w[:, rank * cols:(rank + 1) * cols].T + b,
                                   atol=1e-5, rtol=1e-5):
-                    raise CheckFailed(f"rank {rank} of {W} added the bias too: summed over the "
-                                      f"ranks it would count {W} times.")
-                expect_close(got, want, f"rank {rank} of {W}'s partial sum")
+                    raise CheckFailed(tr("rank {rank} of {world} added the bias too: summed "
+                                         "over the ranks it would count {world} times.",
+                                         rank=rank, world=W))
+                expect_close(got, want, tr("rank {rank} of {world}'s partial sum", rank=rank,
+                                           world=W))

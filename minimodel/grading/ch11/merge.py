@@ -10,6 +10,7 @@ from minimodel.grading.ch11.common import _randint, _synthetic_stream
 from minimodel.grading.ch11.server import _on_server, _post, _post_stream
 from minimodel.grading.ch11.sse import reference_events
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, tr
 
 
 def reference_merge(events: list[dict]) -> dict:
@@ -38,43 +39,50 @@ def reference_merge(events: list[dict]) -> dict:
     return answer
 
 
-def _merge_diff(got: object, want: dict) -> str:
+def _merge_diff(got: object, want: dict) -> Text | str:
     if not isinstance(got, dict):
-        return f"returned {type(got).__name__}; return a dict shaped as the non-streamed answer"
+        return tr("returned {got}; return a dict shaped as the non-streamed answer",
+                  got=type(got).__name__)
     for key in ("object", "id", "created", "model"):
         if got.get(key) != want[key]:
-            return f"{key} is {got.get(key)!r}, expected {want[key]!r}"
+            return tr("{key} is {got!r}, expected {want!r}", key=key, got=got.get(key),
+                      want=want[key])
     if ("usage" in got) != ("usage" in want) or got.get("usage") != want.get("usage"):
-        return (f"usage is {got.get('usage', 'missing')!r}, expected "
-                f"{want.get('usage', 'no usage key (the stream carried none)')!r}")
+        if "usage" not in got:
+            return tr("usage is 'missing', expected {want!r}", want=want["usage"])
+        if "usage" not in want:
+            return tr("usage is {got!r}, expected 'no usage key (the stream carried none)'",
+                      got=got["usage"])
+        return tr("usage is {got!r}, expected {want!r}", got=got["usage"], want=want["usage"])
     choices = got.get("choices")
     if not isinstance(choices, list) or len(choices) != len(want["choices"]):
         n = len(choices) if isinstance(choices, list) else choices
-        return (f"choices holds {n!r}, expected {len(want['choices'])} choices, one per index, "
-                "in index order")
+        return tr("choices holds {n!r}, expected {want} choices, one per index, in index order",
+                  n=n, want=len(want["choices"]))
     for g, w in zip(choices, want["choices"]):
         if g != w:
-            return f"choice {w['index']} is {str(g)[:200]}, expected {str(w)[:200]}"
+            return tr("choice {index} is {got}, expected {want}", index=w["index"],
+                      got=str(g)[:200], want=str(w)[:200])
     extra = set(got) - set(want)
     if extra:
-        return f"it has keys {sorted(extra)} the non-streamed answer does not have"
+        return tr("it has keys {keys} the non-streamed answer does not have", keys=sorted(extra))
     return ""
 
 
-def _merge_cases(fn: Callable, streams: list[tuple[str, list[dict]]]) -> None:
+def _merge_cases(fn: Callable, streams: list[tuple[Text, list[dict]]]) -> None:
     for what, events in streams:
         want = reference_merge(events)
         copy = json.loads(json.dumps(events))
         diff = _merge_diff(fn(iter(copy)), want)
-        expect(copy == events, f"merge_stream changed the events of {what}; leave them as they "
-                               "are")
-        expect(not diff, f"merge_stream of {what}: {diff}")
+        expect(copy == events, tr("merge_stream changed the events of {what}; leave them as "
+                                  "they are", what=what))
+        expect(not diff, tr("merge_stream of {what}: {diff}", what=what, diff=diff))
 
 
 @exercise("ch11.merge_stream", "completions, one choice: its texts joined, the finish_reason of "
                                "its last chunk, id, created, model and object text_completion")
 def _merge_one(fn: Callable) -> None:
-    _merge_cases(fn, [(f"a completions stream of {len(e)} events", e)
+    _merge_cases(fn, [(tr("a completions stream of {n} events", n=len(e)), e)
                       for e in (_synthetic_stream(1, False, False) for _ in range(8))])
 
 
@@ -85,7 +93,7 @@ def _merge_many(fn: Callable) -> None:
     for _ in range(10):
         n, chat = _randint(2, 4), bool(_randint(0, 1))
         kind = "chat" if chat else "completions"
-        streams.append((f"a {kind} stream of {n} interleaved choices",
+        streams.append((tr("a {kind} stream of {n} interleaved choices", kind=kind, n=n),
                         _synthetic_stream(n, chat, False)))
     _merge_cases(fn, streams)
 
@@ -93,8 +101,8 @@ def _merge_many(fn: Callable) -> None:
 @exercise("ch11.merge_stream", "usage from the stream's last chunk (no usage key when it has "
                                "none); an error event raises RuntimeError with its message")
 def _merge_usage(fn: Callable) -> None:
-    _merge_cases(fn, [("a stream with a usage chunk", _synthetic_stream(_randint(1, 3),
-                                                                        bool(i % 2), True))
+    _merge_cases(fn, [(tr("a stream with a usage chunk"), _synthetic_stream(_randint(1, 3),
+                                                                            bool(i % 2), True))
                       for i in range(6)])
     events = _synthetic_stream(2, False, False)[:2]
     message = f"Internal error: step {_randint(1, 99)} failed"
@@ -103,11 +111,12 @@ def _merge_usage(fn: Callable) -> None:
     try:
         fn(iter(events))
     except RuntimeError as err:
-        expect(message in str(err), f"merge_stream raised RuntimeError({str(err)!r}); give it "
-                                    f"the error's message, {message!r}")
+        expect(message in str(err), tr("merge_stream raised RuntimeError({got!r}); give it the "
+                                       "error's message, {message!r}", got=str(err),
+                                       message=message))
         return
-    raise CheckFailed("a stream that ends with an error event (a failed step) merged into an "
-                      "answer; raise RuntimeError with the error's message instead")
+    raise CheckFailed(tr("a stream that ends with an error event (a failed step) merged into an "
+                         "answer; raise RuntimeError with the error's message instead"))
 
 
 def _no_logprobs(answer: dict) -> dict:
@@ -119,7 +128,7 @@ def _no_logprobs(answer: dict) -> dict:
 @exercise("ch11.merge_stream", "the real server: streams of completions and chat with n = 3, "
                                "seeds and stop strings merge to the non-streamed answer")
 @_on_server
-def _merge_server(fn: Callable, server) -> str:
+def _merge_server(fn: Callable, server) -> Text:
     free = _post(server, "/v1/completions", {"prompt": "ROMEO.\n", "max_tokens": 16,
                                              "temperature": 0, "ignore_eos": True})
     free = free["choices"][0]["text"]
@@ -138,12 +147,15 @@ def _merge_server(fn: Callable, server) -> str:
         events = reference_events(b"".join(_post_stream(server, path, body)))
         got = fn(iter(events))
         expect(isinstance(got, dict) and isinstance(got.get("choices"), list),
-               f"merge_stream of the server's stream of {path} returned {str(got)[:120]}")
+               tr("merge_stream of the server's stream of {path} returned {got}", path=path,
+                  got=str(got)[:120]))
         if not body.get("stream_options"):
             whole.pop("usage")  # a stream carries usage only when asked to
         mine = {k: v for k, v in got.items() if k not in ("id", "created")}
-        expect(mine == whole, f"the stream of {path} ({json.dumps(body, ensure_ascii=False)}) "
-                              f"merged to {str(mine)[:300]}; without streaming the server "
-                              f"answers {str(whole)[:300]}")
+        expect(mine == whole, tr("the stream of {path} ({body}) merged to {got}; without "
+                                 "streaming the server answers {whole}", path=path,
+                                 body=json.dumps(body, ensure_ascii=False), got=str(mine)[:300],
+                                 whole=str(whole)[:300]))
         stops += sum(c["finish_reason"] == "stop" for c in whole["choices"])
-    return f"{len(cases)} streams merged, {stops} of their choices cut at a stop string"
+    return tr("{n} streams merged, {stops} of their choices cut at a stop string", n=len(cases),
+              stops=stops)

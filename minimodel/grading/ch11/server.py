@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import httpx
 
 from minimodel.grading.core import expect
+from minimodel.grading.i18n import tr
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,14 +50,16 @@ def _post_stream(server, path: str, body: dict) -> list[bytes]:
     """The raw bytes of a streamed answer of `server`, in the chunks httpx gave."""
     body = {"model": server.model_name, "stream": True, **body}
     with httpx.stream("POST", server.url + path, json=body, timeout=120) as response:
-        expect(response.status_code == 200, f"the server answered {response.status_code}")
+        expect(response.status_code == 200,
+               tr("the server answered {status}", status=response.status_code))
         return list(response.iter_raw())
 
 
 def _post(server, path: str, body: dict) -> dict:
     """The JSON answer of `server` to a request that is not streamed."""
     r = httpx.post(server.url + path, json={"model": server.model_name, **body}, timeout=120)
-    expect(r.status_code == 200, f"the server answered {r.status_code}: {r.text[:200]}")
+    expect(r.status_code == 200, tr("the server answered {status}: {text}", status=r.status_code,
+                                    text=r.text[:200]))
     return r.json()
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from minimodel.grading.ch11.common import _WORDS, _randint
 from minimodel.grading.ch11.server import _on_server, _post_stream
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, tr
 
 
 def reference_events(raw: bytes) -> list[dict]:
@@ -62,8 +63,9 @@ class _Chunks:
         if self.read >= len(self.chunks):
             raise StopIteration
         if self.stop is not None and self.read >= self.stop:
-            raise CheckFailed("your parser read on after `data: [DONE]`: the stream is over "
-                              "there, and a real connection would have nothing more to give")
+            raise CheckFailed(tr("your parser read on after `data: [DONE]`: the stream is over "
+                                 "there, and a real connection would have nothing more to "
+                                 "give"))
         self.read += 1
         return self.chunks[self.read - 1]
 
@@ -106,40 +108,43 @@ def _random_stream(decorate: bool) -> tuple[bytes, list[dict]]:
     return "".join(parts).encode("utf-8"), events
 
 
-def _run_parser(fn: Callable, chunks: list[bytes], what: str,
+def _run_parser(fn: Callable, chunks: list[bytes], what: Text,
                 stop: int | None = None) -> list[dict]:
     source = _Chunks(chunks, stop)
     got = fn(source)
     expect(got is not None and hasattr(got, "__iter__") and not isinstance(got, (str, bytes)),
-           f"sse_events returned {got!r}; yield the events (a generator)")
+           tr("sse_events returned {got!r}; yield the events (a generator)", got=got))
     out = []
     for event in got:
-        expect(isinstance(event, dict), f"{what}: sse_events yielded {event!r}; yield each "
-               "event's JSON as a dict (json.loads of its data)")
+        expect(isinstance(event, dict), tr("{what}: sse_events yielded {event!r}; yield each "
+                                           "event's JSON as a dict (json.loads of its data)",
+                                           what=what, event=event))
         out.append(event)
     return out
 
 
-def _compare_events(got: list[dict], want: list[dict], what: str) -> None:
+def _compare_events(got: list[dict], want: list[dict], what: Text) -> None:
     if got == want:
         return
     k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
     if len(got) != len(want) and got[:k] == want[:k] and k == min(len(got), len(want)):
-        raise CheckFailed(f"{what}: {len(got)} events, expected {len(want)}"
-                          + (" (the events after the first missing one never came)"
-                             if len(got) < len(want) else ""))
-    raise CheckFailed(f"{what}: event {k} is {str(got[k])[:160]}, expected {str(want[k])[:160]}")
+        hint = (tr(" (the events after the first missing one never came)")
+                if len(got) < len(want) else "")
+        raise CheckFailed(tr("{what}: {n} events, expected {want}{hint}", what=what, n=len(got),
+                             want=len(want), hint=hint))
+    raise CheckFailed(tr("{what}: event {k} is {got}, expected {want}", what=what, k=k,
+                         got=str(got[k])[:160], want=str(want[k])[:160]))
 
 
 def _sse_cases(fn: Callable, decorate: bool, cuts: tuple[str, ...]) -> None:
     for _ in range(6):
         raw, events = _random_stream(decorate)
-        expect(reference_events(raw) == events, "the check's own stream is wrong")
+        expect(reference_events(raw) == events, tr("the check's own stream is wrong"))
         for how in cuts:
             chunks = _cut(raw, how)
-            what = (f"a stream of {len(events)} events "
-                    + {"one": "one byte per chunk", "random": "cut into chunks at random",
-                       "events": "one event per chunk"}[how])
+            cut = {"one": tr("one byte per chunk"), "random": tr("cut into chunks at random"),
+                   "events": tr("one event per chunk")}[how]
+            what = tr("a stream of {n} events {cut}", n=len(events), cut=cut)
             _compare_events(_run_parser(fn, chunks, what), events, what)
 
 
@@ -161,8 +166,9 @@ def _sse_split(fn: Callable) -> None:
 def _sse_spec(fn: Callable) -> None:
     raw = (b": a comment\n\nevent: message\nid: 1\ndata:{\"a\":\n"
            b"data: [1,\r\ndata:  2]}\r\n\r\n\n\ndata: [DONE]\n\n")
-    _compare_events(_run_parser(fn, _cut(raw, "one"), "a stream with two data lines and CRLF"),
-                    [{"a": [1, 2]}], "a stream with one event over three data lines and CRLF")
+    _compare_events(_run_parser(fn, _cut(raw, "one"),
+                                tr("a stream with two data lines and CRLF")),
+                    [{"a": [1, 2]}], tr("a stream with one event over three data lines and CRLF"))
     _sse_cases(fn, decorate=True, cuts=("events", "one", "random"))
 
 
@@ -176,23 +182,25 @@ def _sse_lazy(fn: Callable) -> None:
     got = fn(source)
     for k, want in enumerate(events):
         event = next(got, None)
-        expect(event == want, f"event {k} of a stream is {event!r}, expected {want!r}")
-        expect(source.read == k + 1, f"sse_events read {source.read} chunks before it yielded "
-               f"event {k}, which was complete after chunk {k + 1}: yield each event at its "
-               "blank line, so that the client sees the text while the rest is generated")
-    expect(next(got, None) is None, "after `data: [DONE]` sse_events yielded more events")
+        expect(event == want, tr("event {k} of a stream is {event!r}, expected {want!r}", k=k,
+                                 event=event, want=want))
+        expect(source.read == k + 1, tr(
+            "sse_events read {read} chunks before it yielded event {k}, which was complete after "
+            "chunk {after}: yield each event at its blank line, so that the client sees the text "
+            "while the rest is generated", read=source.read, k=k, after=k + 1))
+    expect(next(got, None) is None, tr("after `data: [DONE]` sse_events yielded more events"))
     # the connection drops: complete events come, the unfinished last one does not
     raw, events = _random_stream(decorate=False)
     cut = raw[:raw.index(b"data: [DONE]")] + b'data: {"half": '
-    got = _run_parser(fn, _cut(cut, "random"), "a stream cut off before [DONE]")
-    _compare_events(got, events, "a stream that ends without `data: [DONE]` (the connection "
-                    "dropped; its last, unfinished event is no event)")
+    got = _run_parser(fn, _cut(cut, "random"), tr("a stream cut off before [DONE]"))
+    _compare_events(got, events, tr("a stream that ends without `data: [DONE]` (the connection "
+                                    "dropped; its last, unfinished event is no event)"))
 
 
 @exercise("ch11.sse_events", "the real server's bytes (completions and chat, several choices, "
                              "usage) in httpx's chunks and cut again at random")
 @_on_server
-def _sse_server(fn: Callable, server) -> str:
+def _sse_server(fn: Callable, server) -> Text:
     bodies = [("/v1/completions", {"prompt": "床前明月光，", "max_tokens": 8, "n": 2,
                                    "temperature": 0.8, "seed": 3,
                                    "stream_options": {"include_usage": True}}),
@@ -203,9 +211,10 @@ def _sse_server(fn: Callable, server) -> str:
         chunks = _post_stream(server, path, body)
         raw = b"".join(chunks)
         want = reference_events(raw)
-        for how, cut in (("in httpx's chunks", chunks), ("one byte per chunk", _cut(raw, "one")),
-                         ("cut at random", _cut(raw, "random"))):
-            what = f"the stream of {path} {how}"
+        for how, cut in ((tr("in httpx's chunks"), chunks),
+                         (tr("one byte per chunk"), _cut(raw, "one")),
+                         (tr("cut at random"), _cut(raw, "random"))):
+            what = tr("the stream of {path} {how}", path=path, how=how)
             _compare_events(_run_parser(fn, cut, what), want, what)
         count += len(want)
-    return f"{count} events of the real server"
+    return tr("{count} events of the real server", count=count)

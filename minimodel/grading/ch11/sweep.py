@@ -22,6 +22,7 @@ import torch
 from minimodel.grading.ch11.server import _live_events, _on_server
 from minimodel.grading.ch11.timed import reference_timing
 from minimodel.grading.core import exercise, expect
+from minimodel.grading.i18n import Text, tr
 
 SWEEP_PROMPTS = [f"prompt {i}: " + "word " * i for i in range(10)]
 SWEEP_LEVELS = [1, 3, 4, 2]
@@ -96,22 +97,27 @@ class _SweepServer:
 
 def _rows(rows: object, levels: list[int]) -> list[dict]:
     expect(isinstance(rows, list) and all(isinstance(r, dict) for r in rows),
-           f"sweep returned {str(rows)[:100]}; return a list of dicts, one row per level")
-    expect(len(rows) == len(levels), f"sweep returned {len(rows)} rows for {len(levels)} levels")
+           tr("sweep returned {got}; return a list of dicts, one row per level",
+              got=str(rows)[:100]))
+    expect(len(rows) == len(levels), tr("sweep returned {n} rows for {levels} levels",
+                                        n=len(rows), levels=len(levels)))
     for row in rows:
         missing = [k for k in _ROW_KEYS if k not in row]
-        expect(not missing, f"a row has no {missing}; each row has {', '.join(_ROW_KEYS)}")
+        expect(not missing, tr("a row has no {missing}; each row has {keys}", missing=missing,
+                               keys=", ".join(_ROW_KEYS)))
     got = [r["concurrency"] for r in rows]
-    expect(got == levels, f"the rows are for concurrency {got}; expected {levels}, in order")
+    expect(got == levels, tr("the rows are for concurrency {got}; expected {levels}, in order",
+                             got=got, levels=levels))
     return rows
 
 
 def _calls_by_level(server: _SweepServer) -> list[list[dict]]:
     P, L = len(server.prompts), len(server.levels)
     total = len(server.calls)
-    expect(total == 1 + L * P, f"run_one was called {total} times; a sweep of {L} levels over "
-                               f"{P} prompts makes {1 + L * P} calls: one warm-up, then every "
-                               "prompt once at every level")
+    expect(total == 1 + L * P, tr("run_one was called {total} times; a sweep of {L} levels over "
+                                  "{P} prompts makes {calls} calls: one warm-up, then every "
+                                  "prompt once at every level", total=total, L=L, P=P,
+                                  calls=1 + L * P))
     return [[c for c in server.calls if c["level"] == i] for i in range(L)]
 
 
@@ -134,20 +140,22 @@ def _sweep_run(
 
 @exercise("ch11.sweep", "one row per level; each level sends every prompt once: the same "
                         "requests and tokens at every level")
-def _sweep_same(fn: Callable) -> str:
+def _sweep_same(fn: Callable) -> Text:
     server, rows, by_level = _sweep_run(fn, fresh=True)
     tokens = sum(_tokens_of(p) for p in server.prompts)
     for n, calls, row in zip(server.levels, by_level, rows):
         sent = sorted(c["prompt"] for c in calls)
-        expect(sent == sorted(server.prompts), f"at concurrency {n} the sweep sent "
-               f"{len(set(sent))} different prompts ({len(sent)} requests); send each of the "
-               f"{len(server.prompts)} prompts once at every level, so that the levels compare "
-               "the same work")
-        expect(row["requests"] == len(server.prompts) and row["tokens"] == tokens,
-               f"the row of concurrency {n} says {row['requests']} requests and {row['tokens']} "
-               f"tokens; its requests were {len(calls)}, their completion_tokens add up to "
-               f"{tokens}")
-    return f"{len(server.levels)} levels of {len(server.prompts)} requests, {tokens} tokens each"
+        expect(sent == sorted(server.prompts), tr(
+            "at concurrency {n} the sweep sent {different} different prompts ({sent} requests); "
+            "send each of the {prompts} prompts once at every level, so that the levels compare "
+            "the same work", n=n, different=len(set(sent)), sent=len(sent),
+            prompts=len(server.prompts)))
+        expect(row["requests"] == len(server.prompts) and row["tokens"] == tokens, tr(
+            "the row of concurrency {n} says {requests} requests and {tokens} tokens; its "
+            "requests were {calls}, their completion_tokens add up to {want}", n=n,
+            requests=row["requests"], tokens=row["tokens"], calls=len(calls), want=tokens))
+    return tr("{levels} levels of {n} requests, {tokens} tokens each", levels=len(server.levels),
+              n=len(server.prompts), tokens=tokens)
 
 
 def _bracketing(server: _SweepServer, after: int, before: int) -> list[tuple[int, float]]:
@@ -160,15 +168,17 @@ def _sweep_warmup(fn: Callable) -> None:
     server, rows, by_level = _sweep_run(fn)
     warm = server.calls[0]
     expect(all(c["start"] > warm["end"] for c in server.calls[1:]),
-           "the first request ran together with others: warm up with one request alone, before "
-           "the first level starts")
+           tr("the first request ran together with others: warm up with one request alone, "
+              "before the first level starts"))
     for row in rows:
-        expect(row["ttft_p90"] < 30.0, f"the row of concurrency {row['concurrency']} has a TTFT "
-               "p90 of 30 s or more: the warm-up's cold start is counted; leave it out")
+        expect(row["ttft_p90"] < 30.0, tr(
+            "the row of concurrency {n} has a TTFT p90 of 30 s or more: the warm-up's cold start "
+            "is counted; leave it out", n=row["concurrency"]))
     first = by_level[0]
     readings = _bracketing(server, warm["end"], min(c["start"] for c in first))
-    expect(bool(readings), "no clock reading lies between the end of the warm-up and the first "
-                           "request of the first level: start the level's clock after the warm-up")
+    expect(bool(readings), tr("no clock reading lies between the end of the warm-up and the "
+                              "first request of the first level: start the level's clock after "
+                              "the warm-up"))
 
 
 def _peak(calls: list[dict]) -> int:
@@ -181,17 +191,20 @@ def _sweep_concurrency(fn: Callable) -> None:
     server, _, by_level = _sweep_run(fn)
     for i, (n, calls) in enumerate(zip(server.levels, by_level)):
         peak = _peak(calls)
-        expect(peak <= n, f"at concurrency {n}, {peak} requests were in flight at once")
+        expect(peak <= n, tr("at concurrency {n}, {peak} requests were in flight at once", n=n,
+                             peak=peak))
         threads = len({c["thread"] for c in calls})
-        expect(threads <= n, f"at concurrency {n}, {threads} threads sent requests: {n} clients")
-        expect(peak >= n,
-               f"at concurrency {n} at most {peak} requests were in flight at once (the first "
-               f"ones waited {_WAVE_DEADLINE_S:g} s for the others): start {n} clients together, "
-               "each taking the next prompt when its request is done")
+        expect(threads <= n, tr("at concurrency {n}, {threads} threads sent requests: {n} "
+                                "clients", n=n, threads=threads))
+        expect(peak >= n, tr(
+            "at concurrency {n} at most {peak} requests were in flight at once (the first ones "
+            "waited {wait:g} s for the others): start {n} clients together, each taking the next "
+            "prompt when its request is done", n=n, peak=peak, wait=_WAVE_DEADLINE_S))
         if i + 1 < len(by_level):
-            expect(max(c["end"] for c in calls) < min(c["start"] for c in by_level[i + 1]),
-                   f"requests of concurrency {server.levels[i + 1]} started while those of "
-                   f"concurrency {n} were still in flight: run the levels one after another")
+            expect(max(c["end"] for c in calls) < min(c["start"] for c in by_level[i + 1]), tr(
+                "requests of concurrency {next} started while those of concurrency {n} were "
+                "still in flight: run the levels one after another", next=server.levels[i + 1],
+                n=n))
 
 
 @exercise("ch11.sweep", "p50 and p90 (nearest rank) of the level's own TTFTs and TPOTs; "
@@ -207,28 +220,30 @@ def _sweep_numbers(fn: Callable) -> None:
                 want = nearest_rank([c[f"{key}_s"] for c in calls], p)
                 got = row[f"{key}_p{p}"]
                 expect(isinstance(got, numbers.Real) and math.isclose(got, want, rel_tol=1e-9),
-                       f"concurrency {n}: {key}_p{p} = {got!r}, expected {want!r}, the "
-                       f"nearest-rank p{p} of the {len(calls)} {key.upper()}s of this level: "
-                       f"sorted(values)[ceil({p / 100:g} * {len(calls)}) - 1]")
+                       tr("concurrency {n}: {key}_p{p} = {got!r}, expected {want!r}, the "
+                          "nearest-rank p{p} of the {k} {name}s of this level: "
+                          "sorted(values)[ceil({frac:g} * {k}) - 1]", n=n, key=key, p=p,
+                          got=got, want=want, k=len(calls), name=key.upper(), frac=p / 100))
         wall = row["wall_s"]
         before = _bracketing(server, ends[i], starts[i])
         after = _bracketing(server, ends[i + 1], starts[i + 1])
         expect(isinstance(wall, numbers.Real) and any(
             math.isclose(b - a, wall, rel_tol=1e-9, abs_tol=1e-12)
             for _, a in before for _, b in after),
-            f"concurrency {n}: wall_s = {wall!r} is not the time between a reading of `clock` "
-            "before the level's first request and one after its last: time the whole level, "
-            "and only it, with the clock you are given")
+            tr("concurrency {n}: wall_s = {wall!r} is not the time between a reading of `clock` "
+               "before the level's first request and one after its last: time the whole level, "
+               "and only it, with the clock you are given", n=n, wall=wall))
         expect(isinstance(row["throughput"], numbers.Real)
                and math.isclose(row["throughput"], row["tokens"] / wall, rel_tol=1e-9),
-               f"concurrency {n}: throughput = {row['throughput']!r}; it is tokens / wall_s = "
-               f"{row['tokens'] / wall!r} (tokens per second, all clients together)")
+               tr("concurrency {n}: throughput = {got!r}; it is tokens / wall_s = {want!r} "
+                  "(tokens per second, all clients together)", n=n, got=row["throughput"],
+                  want=row["tokens"] / wall))
 
 
 @exercise("ch11.sweep", "the real server: levels 1, 2 and 4 over 4 prompts, the same tokens at "
                         "every level")
 @_on_server
-def _sweep_server(fn: Callable, server) -> str:
+def _sweep_server(fn: Callable, server) -> Text:
     prompts = ["ROMEO.\n", "JULIET.\n", "床前明月光，", "春眠不觉晓，"]
     calls = []
     lock = threading.Lock()
@@ -245,12 +260,15 @@ def _sweep_server(fn: Callable, server) -> str:
         return reference_timing(stamped, start)
 
     rows = _rows(fn(run_one, prompts, [1, 2, 4], time.perf_counter), [1, 2, 4])
-    expect(len(calls) == 1 + 3 * len(prompts), f"run_one was called {len(calls)} times")
+    expect(len(calls) == 1 + 3 * len(prompts), tr("run_one was called {n} times", n=len(calls)))
     for row in rows:
-        expect(row["tokens"] == 6 * len(prompts) and row["requests"] == len(prompts),
-               f"the row of concurrency {row['concurrency']} says {row['requests']} requests, "
-               f"{row['tokens']} tokens; each level sent {len(prompts)} requests of 6 tokens")
+        expect(row["tokens"] == 6 * len(prompts) and row["requests"] == len(prompts), tr(
+            "the row of concurrency {n} says {requests} requests, {tokens} tokens; each level "
+            "sent {sent} requests of 6 tokens", n=row["concurrency"], requests=row["requests"],
+            tokens=row["tokens"], sent=len(prompts)))
         numbers_ok = all(isinstance(row[k], numbers.Real) and math.isfinite(row[k]) and row[k] >= 0
                          for k in _ROW_KEYS)
-        expect(numbers_ok, f"the row of concurrency {row['concurrency']} holds {row}")
-    return f"{len(rows)} levels of {len(prompts)} requests on the real server"
+        expect(numbers_ok, tr("the row of concurrency {n} holds {row}", n=row["concurrency"],
+                              row=row))
+    return tr("{levels} levels of {n} requests on the real server", levels=len(rows),
+              n=len(prompts))

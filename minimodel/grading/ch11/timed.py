@@ -20,6 +20,7 @@ import torch
 from minimodel.grading.ch11.common import _randint, _synthetic_stream
 from minimodel.grading.ch11.server import _live_events, _on_server, _post
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, tr
 
 
 def _piece(choice: dict) -> str:
@@ -75,10 +76,10 @@ def _timed_call(fn: Callable, start: float, stamped: list[tuple[float, dict]]) -
             yield json.loads(json.dumps(e))
 
     got = fn(events(), start, clock)
-    expect(isinstance(got, dict), f"timed_stream returned {got!r}; return a dict with text, "
-                                  "completion_tokens, ttft_s and tpot_s")
+    expect(isinstance(got, dict), tr("timed_stream returned {got!r}; return a dict with text, "
+                                     "completion_tokens, ttft_s and tpot_s", got=got))
     missing = {"text", "completion_tokens", "ttft_s", "tpot_s"} - set(got)
-    expect(not missing, f"timed_stream's answer has no {sorted(missing)}")
+    expect(not missing, tr("timed_stream's answer has no {missing}", missing=sorted(missing)))
     return got
 
 
@@ -87,9 +88,10 @@ def _timed_cases(fn: Callable, keys: tuple[str, ...], cases: list) -> None:
         got = _timed_call(fn, start, stamped)
         want = reference_timing(stamped, start)
         arrivals = [round(t - start, 4) for t, _ in stamped]
-        what = (f"a {'chat' if chat else 'completions'} stream of {len(stamped)} events "
-                f"arriving {arrivals[:6]}{'...' if len(arrivals) > 6 else ''} s after start, "
-                f"{want['completion_tokens']} tokens")
+        what = tr("a {kind} stream of {n} events arriving {arrivals}{more} s after start, "
+                  "{tokens} tokens", kind="chat" if chat else "completions", n=len(stamped),
+                  arrivals=arrivals[:6], more="..." if len(arrivals) > 6 else "",
+                  tokens=want["completion_tokens"])
         for key in keys:
             g, w = got[key], want[key]
             if isinstance(w, float):
@@ -101,9 +103,10 @@ def _timed_cases(fn: Callable, keys: tuple[str, ...], cases: list) -> None:
                 hint = ""
                 if key == "ttft_s" and chat and isinstance(g, numbers.Real) and math.isclose(
                         g, stamped[0][0] - start, rel_tol=1e-6):
-                    hint = (" The first event of a chat stream only says the role: the first "
-                            "text comes later.")
-                raise CheckFailed(f"{what}: {key} = {g!r}, expected {w!r}.{hint}")
+                    hint = tr(" The first event of a chat stream only says the role: the first "
+                              "text comes later.")
+                raise CheckFailed(tr("{what}: {key} = {got!r}, expected {want!r}.{hint}",
+                                     what=what, key=key, got=g, want=w, hint=hint))
 
 
 @exercise("ch11.timed_stream", "TTFT: from `start` to the first event that carries text (not "
@@ -129,15 +132,15 @@ def _timed_text(fn: Callable) -> None:
         _timed_call(fn, start, stamped)
     except ValueError:
         return
-    raise CheckFailed("a stream without a usage chunk gave an answer: without usage the "
-                      "client cannot know how many tokens came (a chunk may hold several, or "
-                      "none); raise ValueError saying to ask for stream_options.include_usage")
+    raise CheckFailed(tr("a stream without a usage chunk gave an answer: without usage the "
+                         "client cannot know how many tokens came (a chunk may hold several, or "
+                         "none); raise ValueError saying to ask for stream_options.include_usage"))
 
 
 @exercise("ch11.timed_stream", "the real server: the text and tokens of the answer without "
                                "streaming, and TTFT and TPOT read from the clock at the events")
 @_on_server
-def _timed_server(fn: Callable, server) -> str:
+def _timed_server(fn: Callable, server) -> Text:
     body = {"model": server.model_name, "prompt": "床前明月光，", "max_tokens": 10,
             "temperature": 0, "ignore_eos": True}
     whole = _post(server, "/v1/completions", body)
@@ -151,23 +154,24 @@ def _timed_server(fn: Callable, server) -> str:
     with httpx.stream("POST", server.url + "/v1/completions", timeout=120, json={
             **body, "stream": True, "stream_options": {"include_usage": True}}) as response:
         got = fn(_live_events(response), start, clock)
-    expect(isinstance(got, dict), f"timed_stream returned {got!r}")
+    expect(isinstance(got, dict), tr("timed_stream returned {got!r}", got=got))
     expect(got.get("text") == whole["choices"][0]["text"],
-           f"timed_stream's text is {got.get('text')!r}; without streaming the server answers "
-           f"{whole['choices'][0]['text']!r}")
+           tr("timed_stream's text is {got!r}; without streaming the server answers {want!r}",
+              got=got.get("text"), want=whole["choices"][0]["text"]))
     want_tokens = whole["usage"]["completion_tokens"]
     expect(got.get("completion_tokens") == want_tokens,
-           f"completion_tokens = {got.get('completion_tokens')!r}, the server generated "
-           f"{want_tokens}")
+           tr("completion_tokens = {got!r}, the server generated {want}",
+              got=got.get("completion_tokens"), want=want_tokens))
     ttft, tpot = got.get("ttft_s"), got.get("tpot_s")
     expect(isinstance(ttft, numbers.Real) and isinstance(tpot, numbers.Real),
-           f"ttft_s and tpot_s should be numbers of seconds, got {ttft!r} and {tpot!r}")
+           tr("ttft_s and tpot_s should be numbers of seconds, got {ttft!r} and {tpot!r}",
+              ttft=ttft, tpot=tpot))
     first = [r for r in readings[1:] if math.isclose(r - start, ttft, rel_tol=1e-9,
                                                      abs_tol=1e-12)]
-    expect(bool(first), "ttft_s is not the time between `start` and a reading of `clock`: read "
-                        "the time with the clock you are given, when an event arrives")
+    expect(bool(first), tr("ttft_s is not the time between `start` and a reading of `clock`: "
+                           "read the time with the clock you are given, when an event arrives"))
     last = first[0] + tpot * (want_tokens - 1)
     expect(any(math.isclose(r, last, rel_tol=1e-12, abs_tol=1e-9) for r in readings),
-           "tpot_s * (completion_tokens - 1) does not lead from the first text to a reading of "
-           "`clock`: measure from the first text to the last")
-    return f"{want_tokens} tokens streamed and timed"
+           tr("tpot_s * (completion_tokens - 1) does not lead from the first text to a reading "
+              "of `clock`: measure from the first text to the last"))
+    return tr("{n} tokens streamed and timed", n=want_tokens)

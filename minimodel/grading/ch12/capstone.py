@@ -22,6 +22,7 @@ from minimodel.engine.llm import LLM
 from minimodel.engine.radix_cache import RadixCache
 from minimodel.grading.common import clip, first_difference
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import join, tr
 from minimodel.grading.learner import spy_calls
 
 CAPSTONE_MODEL = "tiny"
@@ -159,15 +160,17 @@ class _spying:
 def _check_run(run: dict) -> None:
     if "error" in run:
         err = run["error"]
-        raise CheckFailed(f"page size {run['S']}: the engine with your tree failed with "
-                          f"{type(err).__name__}: {err}") from None
+        raise CheckFailed(tr("page size {S}: the engine with your tree failed with {error}: "
+                             "{text}", S=run["S"], error=type(err).__name__,
+                             text=str(err))) from None
 
 
 @exercise("ch12.my_prefix_cache", "tiny with your tree (page sizes 4 and 1, a tight pool): the "
                                   "same tokens as with the cache off, logprobs within 1e-5")
 def _same_tokens(cls: type) -> str:
     if not isinstance(cls, type) or not issubclass(cls, RadixCache):
-        raise CheckFailed(f"pass the class itself, a subclass of RadixCache; got {cls!r}")
+        raise CheckFailed(tr("pass the class itself, a subclass of RadixCache; got {cls!r}",
+                             cls=cls))
     runs = _runs(cls, fresh=True)["runs"]
     n = 0
     for run in runs:
@@ -176,20 +179,23 @@ def _same_tokens(cls: type) -> str:
         for i, (a, b) in enumerate(zip(run["outs"], want, strict=True)):
             if a.token_ids != b.token_ids:
                 k = first_difference(a.token_ids, b.token_ids)
-                raise CheckFailed(
-                    f"page size {run['S']}, request {i} (a prompt of {len(b.prompt_token_ids)} "
-                    f"tokens, {a.metrics.cached_tokens} of them from your tree): "
-                    f"{clip(a.token_ids)} instead of {clip(b.token_ids)}, from token {k} on. "
-                    + ("The first token is sampled from the logits of the prompt's last token, "
-                       "which must be computed in this request, not found in the tree."
-                       if k == 0 else "Pages shared from the tree must hold exactly the K/V of "
-                       "the tokens they stand for."))
+                hint = (tr("The first token is sampled from the logits of the prompt's last "
+                           "token, which must be computed in this request, not found in the "
+                           "tree.") if k == 0 else
+                        tr("Pages shared from the tree must hold exactly the K/V of the tokens "
+                           "they stand for."))
+                raise CheckFailed(tr(
+                    "page size {S}, request {i} (a prompt of {n} tokens, {cached} of them from "
+                    "your tree): {got} instead of {want}, from token {k} on. {hint}",
+                    S=run["S"], i=i, n=len(b.prompt_token_ids), cached=a.metrics.cached_tokens,
+                    got=clip(a.token_ids), want=clip(b.token_ids), k=k, hint=hint))
             diff = max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)),
                        default=0.0)
-            expect(diff <= 1e-5, f"page size {run['S']}, request {i}: logprobs differ from the "
-                                 f"cache-off run's by {diff:.1e} (more than 1e-5)")
+            expect(diff <= 1e-5, tr("page size {S}, request {i}: logprobs differ from the "
+                                    "cache-off run's by {diff:.1e} (more than 1e-5)",
+                                    S=run["S"], i=i, diff=diff))
             n += 1
-    return f"{n} requests, the same tokens"
+    return tr("{n} requests, the same tokens", n=n)
 
 
 @exercise("ch12.my_prefix_cache", "the tree is used: prompts that share a prefix report cached "
@@ -200,14 +206,17 @@ def _used(cls: type) -> str:
         _check_run(run)
         cached = sum(o.metrics.cached_tokens for o in run["outs"])
         prompt = sum(len(o.prompt_token_ids) for o in run["outs"])
-        expect(cached > 0, f"page size {run['S']}: no request found any of its prompt in your "
-                           "tree (cached_tokens is 0 everywhere), though most share a prefix")
+        expect(cached > 0, tr("page size {S}: no request found any of its prompt in your tree "
+                              "(cached_tokens is 0 everywhere), though most share a prefix",
+                              S=run["S"]))
         expect(all(o.metrics.cached_tokens % run["S"] == 0 for o in run["outs"]),
-               f"page size {run['S']}: a request reports cached tokens that are not whole pages")
+               tr("page size {S}: a request reports cached tokens that are not whole pages",
+                  S=run["S"]))
         expect(run["llm"].scheduler.num_prefill_tokens < prompt,
-               f"page size {run['S']}: the engine computed every prompt token again")
-        notes.append(f"page size {run['S']}: {cached} of {prompt} prompt tokens from the tree")
-    return "; ".join(notes)
+               tr("page size {S}: the engine computed every prompt token again", S=run["S"]))
+        notes.append(tr("page size {S}: {cached} of {prompt} prompt tokens from the tree",
+                        S=run["S"], cached=cached, prompt=prompt))
+    return join(tr("; "), notes)
 
 
 @exercise("ch12.my_prefix_cache", "when the engine is idle every page is free or evictable, and "
@@ -217,15 +226,16 @@ def _idle(cls: type) -> None:
         _check_run(run)
         llm = run["llm"]
         alloc = llm.allocator
-        expect(run["evicted"] > 0, f"page size {run['S']}: the pool of {run['P']} pages ran "
-                                   "out, yet evict freed no page")
+        expect(run["evicted"] > 0, tr("page size {S}: the pool of {P} pages ran out, yet evict "
+                                      "freed no page", S=run["S"], P=run["P"]))
         expect(alloc.num_free == alloc.num_pages,
-               f"page size {run['S']}: idle, yet only {alloc.num_free} of {alloc.num_pages} "
-               "pages are free or evictable: some page still has a holder besides the tree")
+               tr("page size {S}: idle, yet only {free} of {total} pages are free or evictable: "
+                  "some page still has a holder besides the tree", S=run["S"],
+                  free=alloc.num_free, total=alloc.num_pages))
         expect(llm.reset_prefix_cache() and len(alloc._free) == alloc.num_pages,
-               f"page size {run['S']}: after reset_prefix_cache() {len(alloc._free)} of "
-               f"{alloc.num_pages} pages are on the free list; evicting everything should "
-               "give every page back")
+               tr("page size {S}: after reset_prefix_cache() {free} of {total} pages are on the "
+                  "free list; evicting everything should give every page back", S=run["S"],
+                  free=len(alloc._free), total=alloc.num_pages))
 
 
 @exercise("ch12.my_prefix_cache", "its match, insert and evict call your match_prefix, insert "
@@ -233,9 +243,10 @@ def _idle(cls: type) -> None:
 def _pieces(cls: type) -> None:
     missing = [m for m in ("match", "insert", "evict")
                if getattr(cls, m, None) is getattr(RadixCache, m)]
-    expect(not missing, f"your class keeps the engine's {', '.join(missing)}: override each "
-                        "with a method that calls your own function")
+    expect(not missing, tr("your class keeps the engine's {methods}: override each with a "
+                           "method that calls your own function", methods=", ".join(missing)))
     calls = _runs(cls)["calls"]
     absent = [n for n in ("match_prefix", "insert", "evict") if not calls.get(n)]
-    expect(not absent, f"the engine ran, but your {', '.join(absent)} was never called: each "
-                       "method should hand its work to your function of the same job")
+    expect(not absent, tr("the engine ran, but your {functions} was never called: each method "
+                          "should hand its work to your function of the same job",
+                          functions=", ".join(absent)))

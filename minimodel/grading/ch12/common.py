@@ -30,6 +30,7 @@ from minimodel.engine.kv_cache import pages_needed
 from minimodel.engine.radix_cache import Node, RadixCache, RefCountedAllocator
 from minimodel.grading.common import clip
 from minimodel.grading.core import CheckFailed
+from minimodel.grading.i18n import Text, tr
 from minimodel.grading.learner import learner_calls
 
 Event = tuple
@@ -63,9 +64,10 @@ def own_work(what: str) -> Iterator[None]:
     with learner_calls(_answer_codes().get) as found:
         yield
     if found:
-        raise CheckFailed(f"{what} calls the engine's {found[0]}: the exercise is to walk and "
-                          "change the tree yourself, from its nodes' fields (key, pages, "
-                          "children, parent, last_used) and the allocator's share and free")
+        raise CheckFailed(tr("{what} calls the engine's {found}: the exercise is to walk and "
+                             "change the tree yourself, from its nodes' fields (key, pages, "
+                             "children, parent, last_used) and the allocator's share and free",
+                             what=what, found=found[0]))
 
 
 # --- two worlds -----------------------------------------------------------------------------
@@ -81,14 +83,14 @@ class _Request:
 def _describe_call(method: str, args: tuple) -> str:
     if method == "match":
         tokens, max_pages = args
-        return f"match_prefix(cache, tokens={clip(tokens, 12)} ({len(tokens)} tokens), " \
-               f"max_pages={max_pages})"
+        return tr("match_prefix(cache, tokens={tokens} ({n} tokens), max_pages={max_pages})",
+                  tokens=clip(tokens, 12), n=len(tokens), max_pages=max_pages)
     if method == "insert":
         tokens, pages, start = args
-        where = "the root" if start is None or start.parent is None else \
-            f"the node of pages {start.pages}"
-        return (f"insert(cache, tokens={clip(tokens, 12)} ({len(tokens)} tokens), "
-                f"pages={clip(pages, 12)}, start={where})")
+        where = tr("the root") if start is None or start.parent is None else \
+            tr("the node of pages {pages}", pages=start.pages)
+        return tr("insert(cache, tokens={tokens} ({n} tokens), pages={pages}, start={where})",
+                  tokens=clip(tokens, 12), n=len(tokens), pages=clip(pages, 12), where=where)
     return f"evict(cache, num_pages={args[0]})"
 
 
@@ -250,23 +252,29 @@ def _compare_calls(mine: World, engine: World, method: str, what: str,
             continue
         call = _describe_call(method, b[1])
         if isinstance(got, tuple) and got and got[0] == "bad":
-            shape = "an int" if method == "evict" else "a tuple (pages: list[int], node: Node)"
-            raise CheckFailed(f"{what}: {call} returned {got[1]!r}; it should return {shape}")
+            shape = tr("an int") if method == "evict" else \
+                tr("a tuple (pages: list[int], node: Node)")
+            raise CheckFailed(tr("{what}: {call} returned {got!r}; it should return {shape}",
+                                 what=what, call=call, got=got[1], shape=shape))
         if method == "evict":
-            raise CheckFailed(f"{what}: {call} freed (returned) {got} pages, the engine's {eng} "
-                              f"{want}." + hints.get("count", ""))
+            raise CheckFailed(tr("{what}: {call} freed (returned) {got} pages, the engine's {eng} "
+                                 "{want}.{hint}", what=what, call=call, got=got, eng=eng,
+                                 want=want, hint=hints.get("count", "")))
         (gp, gn), (wp, wn) = got, want
         if gp != wp:
-            raise CheckFailed(f"{what}: {call} returned pages {clip(gp, 12)}, the engine's {eng} "
-                              f"{clip(wp, 12)}." + hints.get("pages", ""))
-        raise CheckFailed(f"{what}: {call} returned the right pages, but its node is "
-                          + ("not a Node of the tree" if gn is None else
-                             f"the end of pages {clip(gn, 12)}")
-                          + f"; it should be the node where those pages end ({clip(wn, 12)})."
-                          + hints.get("node", ""))
+            raise CheckFailed(tr("{what}: {call} returned pages {got}, the engine's {eng} "
+                                 "{want}.{hint}", what=what, call=call, got=clip(gp, 12),
+                                 eng=eng, want=clip(wp, 12), hint=hints.get("pages", "")))
+        node = tr("not a Node of the tree") if gn is None else \
+            tr("the end of pages {pages}", pages=clip(gn, 12))
+        raise CheckFailed(tr("{what}: {call} returned the right pages, but its node is {node}; "
+                             "it should be the node where those pages end ({want}).{hint}",
+                             what=what, call=call, node=node, want=clip(wn, 12),
+                             hint=hints.get("node", "")))
     if len(mine.calls) != len(engine.calls):
-        raise CheckFailed(f"{what}: your {you} was called {len(mine.calls)} times, the engine's "
-                          f"{len(engine.calls)}" + hints.get("calls", ""))
+        raise CheckFailed(tr("{what}: your {you} was called {got} times, the engine's "
+                             "{want}{hint}", what=what, you=you, got=len(mine.calls),
+                             want=len(engine.calls), hint=hints.get("calls", "")))
 
 
 def _compare_state(mine: World, engine: World, what: str, hints: dict[str, str]) -> None:
@@ -276,36 +284,43 @@ def _compare_state(mine: World, engine: World, what: str, hints: dict[str, str])
     def strip(t):  # the tree without the LRU ranks
         return [(k, p, strip(c)) for k, p, _, c in t]
     if strip(mt) != strip(et):
-        raise CheckFailed(f"{what}: the tree differs from the engine's: "
-                          f"{_tree_text(strip(mt))} instead of {_tree_text(strip(et))} (each "
-                          "node's pages, children in brackets)." + hints.get("shape", ""))
+        raise CheckFailed(tr("{what}: the tree differs from the engine's: {got} instead of "
+                             "{want} (each node's pages, children in brackets).{hint}",
+                             what=what, got=_tree_text(strip(mt)), want=_tree_text(strip(et)),
+                             hint=hints.get("shape", "")))
     for ra, rb in zip(mine.running, engine.running):
         if ra.table != rb.table:
-            raise CheckFailed(f"{what}: a request's page table is {clip(ra.table, 12)}, with "
-                              f"the engine's tree {clip(rb.table, 12)}." + hints.get("pages", ""))
+            raise CheckFailed(tr("{what}: a request's page table is {got}, with the engine's "
+                                 "tree {want}.{hint}", what=what, got=clip(ra.table, 12),
+                                 want=clip(rb.table, 12), hint=hints.get("pages", "")))
         if path_pages(ra.node) != ra.table[:ra.in_tree]:
-            raise CheckFailed(f"{what}: a running request's node moved: it ended the path of "
-                              f"its pages {clip(ra.table[:ra.in_tree], 12)}, and now ends "
-                              f"{clip(path_pages(ra.node) or [], 12)}."
-                              + hints.get("held node", ""))
+            raise CheckFailed(tr("{what}: a running request's node moved: it ended the path of "
+                                 "its pages {was}, and now ends {now}.{hint}", what=what,
+                                 was=clip(ra.table[:ra.in_tree], 12),
+                                 now=clip(path_pages(ra.node) or [], 12),
+                                 hint=hints.get("held node", "")))
     if mine.cache.num_pages != engine.cache.num_pages:
-        raise CheckFailed(f"{what}: the tree has the engine's nodes, but cache.num_pages says "
-                          f"{mine.cache.num_pages}, the engine's tree "
-                          f"{engine.cache.num_pages}." + hints.get("num_pages", ""))
+        raise CheckFailed(tr("{what}: the tree has the engine's nodes, but cache.num_pages says "
+                             "{got}, the engine's tree {want}.{hint}", what=what,
+                             got=mine.cache.num_pages, want=engine.cache.num_pages,
+                             hint=hints.get("num_pages", "")))
     if a.refs != b.refs:
         diff = [p for p in range(a.num_pages) if a.refs[p] != b.refs[p]]
         p = diff[0]
-        raise CheckFailed(f"{what}: page {p} has {a.refs[p]} holders, with the engine's tree "
-                          f"{b.refs[p]} (pages whose counts differ: {clip(diff)})."
-                          + hints.get("refs", ""))
+        raise CheckFailed(tr("{what}: page {page} has {got} holders, with the engine's tree "
+                             "{want} (pages whose counts differ: {pages}).{hint}", what=what,
+                             page=p, got=a.refs[p], want=b.refs[p], pages=clip(diff),
+                             hint=hints.get("refs", "")))
     if sorted(a._free) != sorted(b._free) or a.num_evictable != b.num_evictable:
-        raise CheckFailed(f"{what}: {len(a._free)} pages on the free list and {a.num_evictable} "
-                          f"evictable, with the engine's tree {len(b._free)} and "
-                          f"{b.num_evictable}." + hints.get("refs", ""))
+        raise CheckFailed(tr("{what}: {free} pages on the free list and {evictable} evictable, "
+                             "with the engine's tree {want_free} and {want_evictable}.{hint}",
+                             what=what, free=len(a._free), evictable=a.num_evictable,
+                             want_free=len(b._free), want_evictable=b.num_evictable,
+                             hint=hints.get("refs", "")))
     if mt != et:
-        raise CheckFailed(f"{what}: the tree has the engine's nodes, but not in the same order "
-                          "of last use, so the next eviction would take another leaf."
-                          + hints.get("lru", ""))
+        raise CheckFailed(tr("{what}: the tree has the engine's nodes, but not in the same order "
+                             "of last use, so the next eviction would take another leaf.{hint}",
+                             what=what, hint=hints.get("lru", "")))
     a._free = deque(b._free)  # the same set: lend pages in the same order from here on
 
 
@@ -321,7 +336,7 @@ def random_streams(fn: Callable, method: str, hints: dict[str, str]) -> int:
         rng = _rng()
         base = stems(rng, S, 4)
         n += run_stream(fn, method, lambda w, rng=rng, base=base: random_stream(w, rng, 120, base),
-                        S, 120, f"a random stream, page size {S}", hints)
+                        S, 120, tr("a random stream, page size {S}", S=S), hints)
     return n
 
 
@@ -343,25 +358,28 @@ def run_stream(fn: Callable, method: str, events: Iterator[Event] | Callable[[Wo
             raise
         except Exception as err:
             _compare_calls(mine, engine, method, what, hints)
-            raise CheckFailed(f"{what}: after your {you}, the {_event_text(event)} failed with "
-                              f"{type(err).__name__}: {err}." + hints.get("crash", "")) from None
-        step = f"{what}, after the {_event_text(event)}"
+            raise CheckFailed(tr("{what}: after your {you}, the {event} failed with {error}: "
+                                 "{text}.{hint}", what=what, you=you, event=_event_text(event),
+                                 error=type(err).__name__, text=str(err),
+                                 hint=hints.get("crash", ""))) from None
+        step = tr("{what}, after the {event}", what=what, event=_event_text(event))
         _compare_calls(mine, engine, method, step, hints)
         _compare_state(mine, engine, step, hints)
     return len(engine.calls)
 
 
-def _event_text(event: Event) -> str:
+def _event_text(event: Event) -> Text:
     kind = event[0]
     if kind == "arrive":
-        return f"arrival of a prompt of {len(event[1])} tokens"
+        return tr("arrival of a prompt of {n} tokens", n=len(event[1]))
     if kind == "grow":
-        return f"growth of request {event[1]} by {len(event[2])} tokens"
+        return tr("growth of request {i} by {n} tokens", i=event[1], n=len(event[2]))
     if kind == "finish":
-        return f"end of request {event[1]}"
+        return tr("end of request {i}", i=event[1])
     if kind == "lookup":
-        return f"lookup of {len(event[1])} tokens (max_pages={event[2]})"
-    return f"eviction of {event[1]} pages"
+        return tr("lookup of {n} tokens (max_pages={max_pages})", n=len(event[1]),
+                  max_pages=event[2])
+    return tr("eviction of {n} pages", n=event[1])
 
 
 # --- streams ----------------------------------------------------------------------------------

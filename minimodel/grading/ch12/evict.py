@@ -21,25 +21,26 @@ from minimodel.grading.ch12.common import (
     stems,
 )
 from minimodel.grading.core import exercise
+from minimodel.grading.i18n import tr
 
 HINTS = {
-    "count": " Whole leaves go, least recently used first, until at least num_pages pages are "
-             "freed or no leaf may go; the answer is the number of pages freed.",
-    "shape": " Only a leaf may go (a node with children is the prefix of theirs), and only one "
-             "whose pages nobody but the tree holds (a reference count of 1). The leaf that "
-             "goes first is the one used longest ago; when a leaf goes, its parent may become "
-             "a leaf, and it then waits its turn by its own last_used.",
-    "held node": " Evicting a node a running request ends at takes pages it still uses.",
-    "refs": " The tree lets go of its own reference on each page of a leaf it evicts, marked "
-            "as the tree's (allocator.free(..., cache=True)); the allocator then counts the "
-            "page as free, not as evictable.",
-    "pages": " A page a running request holds was lent again while it still held it: an "
-             "evicted leaf had pages with more than one holder.",
-    "num_pages": " The tree counts the pages it holds in cache.num_pages: an evicted leaf's "
-                 "pages leave the count.",
+    "count": tr(" Whole leaves go, least recently used first, until at least num_pages pages are "
+                "freed or no leaf may go; the answer is the number of pages freed."),
+    "shape": tr(" Only a leaf may go (a node with children is the prefix of theirs), and only one "
+                "whose pages nobody but the tree holds (a reference count of 1). The leaf that "
+                "goes first is the one used longest ago; when a leaf goes, its parent may become "
+                "a leaf, and it then waits its turn by its own last_used."),
+    "held node": tr(" Evicting a node a running request ends at takes pages it still uses."),
+    "refs": tr(" The tree lets go of its own reference on each page of a leaf it evicts, marked "
+               "as the tree's (allocator.free(..., cache=True)); the allocator then counts the "
+               "page as free, not as evictable."),
+    "pages": tr(" A page a running request holds was lent again while it still held it: an "
+                "evicted leaf had pages with more than one holder."),
+    "num_pages": tr(" The tree counts the pages it holds in cache.num_pages: an evicted leaf's "
+                    "pages leave the count."),
     "lru": "",
-    "crash": " The allocator calls evict when its free list runs out, and then takes pages "
-             "from the free list: they must be there.",
+    "crash": tr(" The allocator calls evict when its free list runs out, and then takes pages "
+                "from the free list: they must be there."),
 }
 
 
@@ -68,7 +69,7 @@ def _count(fn: Callable) -> None:
             events.append(("evict", rng.randrange(0, 6)))
         events.append(("evict", 1000))
         events.append(("evict", 3))
-        _run(fn, events, S, f"page size {S}")
+        _run(fn, events, S, tr("page size {S}", S=S))
 
 
 @exercise("ch12.evict", "never evicts a page that a request still holds")
@@ -80,7 +81,7 @@ def _held(fn: Callable) -> None:
         events += [("evict", rng.randrange(1, 4)), ("evict", 1000),
                    ("grow", 0, [rng.randrange(50) for _ in range(S)]), ("evict", 1000),
                    ("finish", 1), ("evict", 1000), ("finish", 0), ("evict", 1000)]
-        _run(fn, events, S, f"page size {S}")
+        _run(fn, events, S, tr("page size {S}", S=S))
 
 
 @exercise("ch12.evict", "least recently used leaf first; a parent left without children waits "
@@ -95,7 +96,7 @@ def _order(fn: Callable) -> None:
             for _ in range(3):
                 events.append(("evict", 1))
             events += [("arrive", p) for p in rng.sample(prompts, 2)] + [("finish", 0)] * 2
-        _run(fn, events, S, f"page size {S}")
+        _run(fn, events, S, tr("page size {S}", S=S))
 
 
 @exercise("ch12.evict", "a tight pool: allocate() calls it when its free list runs out (random "
@@ -108,5 +109,6 @@ def _tight(fn: Callable) -> str:
 
         def events(world: World, rng=rng, base=base) -> Iterator[Event]:
             return random_stream(world, rng, 150, base, evicts=False, max_running=3)
-        n += _run(fn, events, S, f"a random stream, page size {S}, {pool} pages", num_pages=pool)
-    return f"{n} evictions over 4 streams, as the engine's"
+        what = tr("a random stream, page size {S}, {pool} pages", S=S, pool=pool)
+        n += _run(fn, events, S, what, num_pages=pool)
+    return tr("{n} evictions over 4 streams, as the engine's", n=n)

@@ -23,27 +23,29 @@ from minimodel.grading.ch12.common import (
     stems,
 )
 from minimodel.grading.core import exercise
+from minimodel.grading.i18n import tr
 
 HINTS = {
-    "pages": " Only whole pages that hold exactly the prompt's tokens are shared: a page whose "
-             "tokens agree only in part holds K/V computed for other tokens. The match may take "
-             "at most len(tokens) // page_size pages, and at most max_pages when it is not None.",
-    "node": " The node returned is the one whose last page is the last page matched; when the "
-            "match stops inside a node, that is not the node as it was.",
-    "shape": " Where the match stops inside a node, the node is split in two there (an upper "
-             "node with the pages that matched, and below it the rest), so that every node is "
-             "shared whole and the match ends at a node's end.",
-    "held node": " The split keeps the node object for the *lower* part (the rest of its pages "
-                 "and its children), since requests that ended at that node must still end "
-                 "there; the upper part is the new Node, its parent's child now.",
-    "refs": " match_prefix only reads the tree (and splits a node): the caller takes the "
-            "references on the pages it returns.",
-    "lru": " A match uses every node on its path: their last_used becomes the cache's time "
-           "now (next(cache._clock), once per call), so that eviction takes the least recently "
-           "used leaf first. The upper node of a split starts with the node's own last_used.",
-    "num_pages": " A match adds no page to the tree and removes none, so it leaves "
-                 "cache.num_pages as it is.",
-    "crash": " The caller shares the pages returned and hands the node to insert as `start`.",
+    "pages": tr(" Only whole pages that hold exactly the prompt's tokens are shared: a page whose "
+                "tokens agree only in part holds K/V computed for other tokens. The match may take "
+                "at most len(tokens) // page_size pages, and at most max_pages when it is not "
+                "None."),
+    "node": tr(" The node returned is the one whose last page is the last page matched; when the "
+               "match stops inside a node, that is not the node as it was."),
+    "shape": tr(" Where the match stops inside a node, the node is split in two there (an upper "
+                "node with the pages that matched, and below it the rest), so that every node is "
+                "shared whole and the match ends at a node's end."),
+    "held node": tr(" The split keeps the node object for the *lower* part (the rest of its pages "
+                    "and its children), since requests that ended at that node must still end "
+                    "there; the upper part is the new Node, its parent's child now."),
+    "refs": tr(" match_prefix only reads the tree (and splits a node): the caller takes the "
+               "references on the pages it returns."),
+    "lru": tr(" A match uses every node on its path: their last_used becomes the cache's time "
+              "now (next(cache._clock), once per call), so that eviction takes the least recently "
+              "used leaf first. The upper node of a split starts with the node's own last_used."),
+    "num_pages": tr(" A match adds no page to the tree and removes none, so it leaves "
+                    "cache.num_pages as it is."),
+    "crash": tr(" The caller shares the pages returned and hands the node to insert as `start`."),
 }
 
 
@@ -72,8 +74,8 @@ def _whole_pages(fn: Callable) -> str:
             cut = rng.randrange(1, len(stem) + 1)
             events.append(("lookup", stem[:cut] + [50 + rng.randrange(9)] * rng.randrange(3),
                            None))
-        n += _run(fn, events, S, f"page size {S}")
-    return f"{n} matches, as the engine's"
+        n += _run(fn, events, S, tr("page size {S}", S=S))
+    return tr("{n} matches, as the engine's", n=n)
 
 
 @exercise("ch12.match_prefix", "at most max_pages pages (0: none, None: no limit), so a prompt "
@@ -90,7 +92,7 @@ def _max_pages(fn: Callable) -> None:
                 events += [("arrive", stem[:k * S]), ("arrive", stem[:k * S]),
                            ("finish", 1), ("finish", 0)]
         events.append(("lookup", rng.choice(base), 0))
-        _run(fn, events, S, f"page size {S}")
+        _run(fn, events, S, tr("page size {S}", S=S))
 
 
 @exercise("ch12.match_prefix", "splits the node where a match ends inside it; a node that "
@@ -110,7 +112,7 @@ def _splits(fn: Callable) -> None:
                     yield ("finish", rng.randrange(len(world.running)))
             while world.running:
                 yield ("finish", len(world.running) - 1)
-        _run(fn, events, S, f"page size {S}")
+        _run(fn, events, S, tr("page size {S}", S=S))
 
 
 @exercise("ch12.match_prefix", "marks every node on the matched path as just used (the order "
@@ -123,10 +125,11 @@ def _lru(fn: Callable) -> None:
             events.append(("lookup", prompt(rng, base), None))
             if rng.random() < 0.4:
                 events.append(("evict", 1))
-        _run(fn, events, S, f"page size {S}")
+        _run(fn, events, S, tr("page size {S}", S=S))
 
 
 @exercise("ch12.match_prefix", "equals the engine's RadixCache.match over random request streams "
                                "(page sizes 1, 2, 3, 4 and 16)")
 def _streams(fn: Callable) -> str:
-    return f"{random_streams(fn, 'match', HINTS)} matches over 5 streams, as the engine's"
+    return tr("{n} matches over 5 streams, as the engine's",
+              n=random_streams(fn, "match", HINTS))

@@ -17,6 +17,7 @@ import torch
 from minimodel.grading.ch13.common import as_tokens
 from minimodel.grading.common import clip
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, tr
 
 
 def _want(draft: list[int], argmax: list[int]) -> list[int]:
@@ -35,15 +36,16 @@ def _case(k: int, agree: int, V: int) -> tuple[list[int], list[int]]:
     return draft, argmax
 
 
-def _expect_case(fn: Callable, draft: list[int], argmax: list[int], hint: str = "") -> None:
+def _expect_case(fn: Callable, draft: list[int], argmax: list[int], hint: Text) -> None:
     given_draft, given_argmax = list(draft), list(argmax)
     what = f"accept_greedy(draft={clip(draft)}, target_argmax={clip(argmax)})"
     got = as_tokens(fn(given_draft, given_argmax), what)
     want = _want(draft, argmax)
     expect(given_draft == draft and given_argmax == argmax,
-           f"{what} changed its arguments; read them, do not modify them")
+           tr("{what} changed its arguments; read them, do not modify them", what=what))
     if got != want:
-        raise CheckFailed(f"{what} returned {clip(got)}, expected {clip(want)}. {hint}")
+        raise CheckFailed(tr("{what} returned {got}, expected {want}. {hint}", what=what,
+                             got=clip(got), want=clip(want), hint=hint))
 
 
 @exercise("ch13.accept_greedy", "keeps the drafts up to the first that differs from the "
@@ -55,13 +57,14 @@ def _prefix(fn: Callable) -> str:
             for V in (2, 5, 151936):
                 draft, argmax = _case(k, agree, V)
                 _expect_case(fn, draft, argmax,
-                             "Draft i is accepted only while every draft before it was: after "
-                             "the first disagreement the target's later rows were computed "
-                             "after a token that will not be in the sequence, so they mean "
-                             "nothing. The token added is target_argmax at the first "
-                             "disagreement (what the target would have generated there).")
+                             tr("Draft i is accepted only while every draft before it was: "
+                                "after the first disagreement the target's later rows were "
+                                "computed after a token that will not be in the sequence, so "
+                                "they mean nothing. The token added is target_argmax at the "
+                                "first disagreement (what the target would have generated "
+                                "there)."))
                 n += 1
-    return f"{n} cases"
+    return tr("{n} cases", n=n)
 
 
 @exercise("ch13.accept_greedy", "all k drafts right: all of them and the bonus token, k + 1 "
@@ -70,17 +73,17 @@ def _bonus(fn: Callable) -> None:
     for k in (1, 2, 4, 7):
         argmax = torch.randint(0, 1000, (k + 1,)).tolist()
         _expect_case(fn, argmax[:k], argmax,
-                     "When every draft agrees, the target's last row (after all k drafts) "
-                     "still gives one more token for free: target_argmax[k].")
+                     tr("When every draft agrees, the target's last row (after all k drafts) "
+                        "still gives one more token for free: target_argmax[k]."))
 
 
 @exercise("ch13.accept_greedy", "no drafts (k = 0) or the first one wrong: exactly one token, "
                                 "the target's")
 def _none(fn: Callable) -> None:
     _expect_case(fn, [], [int(torch.randint(0, 100, ()))],
-                 "With no drafts a step is a plain decode step: the target's one token.")
+                 tr("With no drafts a step is a plain decode step: the target's one token."))
     for k in (1, 3, 6):
         draft, argmax = _case(k, 0, 50)
         _expect_case(fn, draft, argmax,
-                     "A wrong first draft is not emitted: the target's token replaces it, and "
-                     "the step still gives one token, as a plain decode step would.")
+                     tr("A wrong first draft is not emitted: the target's token replaces it, "
+                        "and the step still gives one token, as a plain decode step would."))

@@ -31,6 +31,7 @@ from minimodel.engine.model import PackedQwen3ForCausalLM
 from minimodel.engine.speculative import CachedLM
 from minimodel.grading.common import clip
 from minimodel.grading.core import CheckFailed
+from minimodel.grading.i18n import Text, tr
 from minimodel.weights import build_model
 
 FALSE_ALARM = 1e-4  # a correct implementation fails a statistical check once in 10,000 seeds
@@ -79,7 +80,8 @@ def chi_square(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
     return pvalue, df
 
 
-def expect_distribution(counts: torch.Tensor, probs: torch.Tensor, what: str, hint: str) -> str:
+def expect_distribution(counts: torch.Tensor, probs: torch.Tensor, what: Text,
+                        hint: Text) -> Text:
     """Fail unless counts pass the chi-square test against probs at FALSE_ALARM."""
     pvalue, df = chi_square(counts, probs)
     if pvalue < FALSE_ALARM:
@@ -87,12 +89,14 @@ def expect_distribution(counts: torch.Tensor, probs: torch.Tensor, what: str, hi
         got = (counts.double() / max(n, 1)).flatten()
         want = probs.double().flatten()
         worst = int((got - want).abs().argmax())
-        raise CheckFailed(
-            f"{what}: over {n} draws the frequencies are not the target's distribution "
-            f"(chi-square p-value {pvalue:.1e}, below the false-alarm rate {FALSE_ALARM:g}); "
-            f"e.g. token {worst} came out {float(got[worst]):.3f} of the time, its target "
-            f"probability is {float(want[worst]):.3f}. {hint}")
-    return f"{int(counts.sum())} draws, chi-square p = {pvalue:.2f} ({df} d.o.f.)"
+        raise CheckFailed(tr(
+            "{what}: over {n} draws the frequencies are not the target's distribution "
+            "(chi-square p-value {pvalue:.1e}, below the false-alarm rate {rate:g}); e.g. token "
+            "{token} came out {got:.3f} of the time, its target probability is {want:.3f}. "
+            "{hint}", what=what, n=n, pvalue=pvalue, rate=FALSE_ALARM, token=worst,
+            got=float(got[worst]), want=float(want[worst]), hint=hint))
+    return tr("{n} draws, chi-square p = {pvalue:.2f} ({df} d.o.f.)", n=int(counts.sum()),
+              pvalue=pvalue, df=df)
 
 
 def random_rows(n: int, V: int, generator: torch.Generator, scale: float = 1.5) -> torch.Tensor:
@@ -106,14 +110,14 @@ def nearby_rows(p: torch.Tensor, generator: torch.Generator, noise: float = 0.7)
                                                        dtype=torch.float64), -1)
 
 
-def as_tokens(out: object, what: str) -> list[int]:
+def as_tokens(out: object, what: Text | str) -> list[int]:
     """out as a list of Python ints, or a CheckFailed that says what came back."""
     if isinstance(out, torch.Tensor):
         out = out.tolist()
     if not isinstance(out, (list, tuple)) or not all(
             isinstance(t, int) and not isinstance(t, bool) for t in out):
-        raise CheckFailed(f"{what} returned {out!r}; it should return a list of token ids "
-                          "(Python ints)")
+        raise CheckFailed(tr("{what} returned {out!r}; it should return a list of token ids "
+                             "(Python ints)", what=what, out=out))
     return list(out)
 
 
@@ -140,14 +144,16 @@ class TableLM(CachedLM):
     def extend(self, ids: Sequence[int]) -> torch.Tensor:
         ids = [int(t) for t in ids]
         if not ids:
-            raise ValueError("extend needs at least one token id.")
+            raise ValueError(tr("extend needs at least one token id."))
         if any(not 0 <= t < self.V for t in ids):
-            raise ValueError(f"token ids must be in 0..{self.V - 1}, got {clip(ids)}.")
+            raise ValueError(tr("token ids must be in 0..{last}, got {ids}.", last=self.V - 1,
+                                ids=clip(ids)))
         total = self.num_cached + len(ids)
         extra = pages_needed(total, self.page_size) - len(self.page_table)
         if extra > self.allocator.num_free:
-            raise ValueError(f"{total} tokens do not fit in this cache: a step that never "
-                             "gives back rejected tokens' pages runs out of them.")
+            raise ValueError(tr("{total} tokens do not fit in this cache: a step that never "
+                                "gives back rejected tokens' pages runs out of them.",
+                                total=total))
         if extra > 0:
             self.page_table += self.allocator.allocate(extra)
         seq = self.tokens + ids

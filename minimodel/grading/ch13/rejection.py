@@ -16,7 +16,6 @@ from collections.abc import Callable
 import torch
 
 from minimodel.grading.ch13.common import (
-    FALSE_ALARM,
     as_tokens,
     expect_distribution,
     nearby_rows,
@@ -25,7 +24,10 @@ from minimodel.grading.ch13.common import (
 )
 from minimodel.grading.common import clip
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import tr
 
+# The titles below write TRIALS and common.FALSE_ALARM out: a title is a literal, the key of its
+# Chinese in zh/ch13.py.
 TRIALS = 4000
 
 
@@ -38,15 +40,17 @@ def _call(fn: Callable, draft: list[int], q: torch.Tensor, p: torch.Tensor,
     d, qq, pp = list(draft), q.clone(), p.clone()
     out = as_tokens(fn(d, qq, pp, g), what)
     expect(d == draft and torch.equal(qq, q) and torch.equal(pp, p),
-           f"{what} changed its arguments; read them, do not modify them")
-    expect(1 <= len(out) <= k + 1, f"{what} returned {len(out)} tokens; a step emits 1 to "
-                                   f"k + 1 = {k + 1} (the accepted drafts and one more)")
+           tr("{what} changed its arguments; read them, do not modify them", what=what))
+    expect(1 <= len(out) <= k + 1,
+           tr("{what} returned {n} tokens; a step emits 1 to k + 1 = {most} (the accepted "
+              "drafts and one more)", what=what, n=len(out), most=k + 1))
     expect(out[:-1] == draft[:len(out) - 1],
-           f"{what} returned {clip(out)}: all but its last token must be the first drafts, "
-           f"{clip(draft[:len(out) - 1])}; a step emits a prefix of the drafts and then one "
-           "token of its own")
+           tr("{what} returned {out}: all but its last token must be the first drafts, "
+              "{drafts}; a step emits a prefix of the drafts and then one token of its own",
+              what=what, out=clip(out), drafts=clip(draft[:len(out) - 1])))
     V = p.shape[-1]
-    expect(all(0 <= t < V for t in out), f"{what} returned {clip(out)}: ids outside 0..{V - 1}")
+    expect(all(0 <= t < V for t in out), tr("{what} returned {out}: ids outside 0..{last}",
+                                            what=what, out=clip(out), last=V - 1))
     return out
 
 
@@ -66,9 +70,10 @@ def _form(fn: Callable) -> None:
             draft = _draw(q, g)
             runs = [_call(fn, draft, q, p, torch.Generator().manual_seed(s)) for s in (7, 7)]
             expect(runs[0] == runs[1],
-                   f"rejection_sample gave {runs[0]} and then {runs[1]} with two generators "
-                   "seeded alike: draw every random number (the acceptance test's uniform "
-                   "number too) from the generator it is given")
+                   tr("rejection_sample gave {first} and then {second} with two generators "
+                      "seeded alike: draw every random number (the acceptance test's uniform "
+                      "number too) from the generator it is given", first=runs[0],
+                      second=runs[1]))
 
 
 @exercise("ch13.rejection_sample", "exact cases: q = p accepts every draft; a draft the target "
@@ -84,9 +89,9 @@ def _exact(fn: Callable) -> str:
             draft = _draw(p[:k], g)
             out = _call(fn, draft, p[:k].clone(), p, g)
             expect(len(out) == k + 1,
-                   f"draft_probs equal to target_probs (the drafter is the target) should "
-                   f"accept all {k} drafts, since min(1, p/q) = 1; got {clip(out)} for drafts "
-                   f"{clip(draft)}")
+                   tr("draft_probs equal to target_probs (the drafter is the target) should "
+                      "accept all {k} drafts, since min(1, p/q) = 1; got {out} for drafts "
+                      "{drafts}", k=k, out=clip(out), drafts=clip(draft)))
             n += 1
         for _ in range(30):  # the target never emits the drafted token
             p = random_rows(k + 1, 6, g)
@@ -98,8 +103,9 @@ def _exact(fn: Callable) -> str:
             q[0, draft[0]] = 1 - 0.02 * 5
             out = _call(fn, draft, q, p, g)
             expect(len(out) == 1 and out[0] != draft[0],
-                   f"draft {draft[0]} has target probability 0 at its position, so it must be "
-                   f"rejected and replaced by a token the target can emit; got {clip(out)}")
+                   tr("draft {draft} has target probability 0 at its position, so it must be "
+                      "rejected and replaced by a token the target can emit; got {out}",
+                      draft=draft[0], out=clip(out)))
             n += 1
         for _ in range(60):  # a sure drafter (one-hot q), as the n-gram drafter
             p = random_rows(k + 1, 5, g)
@@ -109,12 +115,12 @@ def _exact(fn: Callable) -> str:
             if len(out) <= k:
                 i = len(out) - 1
                 expect(out[i] != draft[i],
-                       f"draft {draft[i]} (proposed for sure: q = 1) was rejected at position "
-                       f"{i}, yet the token emitted there is {out[i]}, the same token. The "
-                       "correction comes from the residual max(0, p - q), normalised, which "
-                       "is 0 at the rejected token")
+                       tr("draft {draft} (proposed for sure: q = 1) was rejected at position "
+                          "{i}, yet the token emitted there is {out}, the same token. The "
+                          "correction comes from the residual max(0, p - q), normalised, which "
+                          "is 0 at the rejected token", draft=draft[i], i=i, out=out[i]))
             n += 1
-    return f"{n} steps"
+    return tr("{n} steps", n=n)
 
 
 def _counts(fn: Callable, make: Callable, g: torch.Generator, trials: int,
@@ -129,23 +135,25 @@ def _counts(fn: Callable, make: Callable, g: torch.Generator, trials: int,
     return counts
 
 
-@exercise("ch13.rejection_sample", f"the first token emitted follows the target's distribution "
-                                   f"(chi-square over {TRIALS} steps per case, false-alarm rate "
-                                   f"{FALSE_ALARM:g}), whatever the drafter proposed")
+@exercise("ch13.rejection_sample", "the first token emitted follows the target's distribution "
+                                   "(chi-square over 4000 steps per case, false-alarm rate "
+                                   "0.0001), whatever the drafter proposed")
 @single_threaded
 def _first(fn: Callable) -> str:
     g = torch.Generator().manual_seed(3)
     notes = []
     V = 5
-    for k, kind in ((1, "a drafter near the target"), (3, "a drafter near the target"),
-                    (2, "an unrelated drafter"), (2, "a sure drafter (one-hot q)")):
+    for k, kind in ((1, "near"), (3, "near"), (2, "unrelated"), (2, "sure")):
         p = random_rows(k + 1, V, g)
-        if kind == "an unrelated drafter":
+        if kind == "unrelated":
             q = random_rows(k, V, g)
-        elif kind.startswith("a sure"):
+            drafter = tr("an unrelated drafter")
+        elif kind == "sure":
             q = None
+            drafter = tr("a sure drafter (one-hot q)")
         else:
             q = nearby_rows(p[:k], g)
+            drafter = tr("a drafter near the target")
 
         def make(p=p, q=q, k=k):
             if q is None:
@@ -155,15 +163,15 @@ def _first(fn: Callable) -> str:
 
         counts = _counts(fn, make, g, TRIALS, lambda d, out: out[0], V)
         notes.append(expect_distribution(
-            counts, p[0], f"k = {k}, {kind}: the first token",
-            "Accept draft d with probability min(1, p(d) / q(d)); when it is rejected, draw from "
-            "max(0, p - q) normalised to sum to 1: together the two give exactly p."))
-    return "; ".join(notes[:1]) + f" (and {len(notes) - 1} more cases)"
+            counts, p[0], tr("k = {k}, {drafter}: the first token", k=k, drafter=drafter),
+            tr("Accept draft d with probability min(1, p(d) / q(d)); when it is rejected, draw "
+               "from max(0, p - q) normalised to sum to 1: together the two give exactly p.")))
+    return tr("{note} (and {more} more cases)", note=notes[0], more=len(notes) - 1)
 
 
 @exercise("ch13.rejection_sample", "after accepted drafts, the next token follows the target's "
                                    "row at its position, the bonus token included (chi-square, "
-                                   f"false-alarm rate {FALSE_ALARM:g})")
+                                   "false-alarm rate 0.0001)")
 @single_threaded
 def _later(fn: Callable) -> str:
     g = torch.Generator().manual_seed(4)
@@ -177,14 +185,16 @@ def _later(fn: Callable) -> str:
             return out[pos] if len(out) > pos else None
 
         counts = _counts(fn, lambda p=p, q=q: (_draw(q, g), q, p), g, TRIALS, keep, V)
-        what = "the bonus token" if pos == k else f"token {pos}"
+        what = tr("the bonus token") if pos == k else tr("token {pos}", pos=pos)
         notes.append(expect_distribution(
-            counts, p[pos], f"k = {k}, {what} (after {pos} accepted draft(s))",
-            "Row i of target_probs is the target's distribution at draft i's position (row k "
-            "after all k drafts): an accepted draft moves on to the next row, and the bonus "
-            "token is drawn from the target's last row, not the drafter's."))
+            counts, p[pos], tr("k = {k}, {what} (after {pos} accepted draft(s))", k=k, what=what,
+                               pos=pos),
+            tr("Row i of target_probs is the target's distribution at draft i's position (row k "
+               "after all k drafts): an accepted draft moves on to the next row, and the bonus "
+               "token is drawn from the target's last row, not the drafter's.")))
         if int(counts.sum()) < TRIALS // 4:
-            raise CheckFailed(f"k = {k}: only {int(counts.sum())} of {TRIALS} steps accepted "
-                              f"the first {pos} draft(s) of a drafter close to the target; "
-                              "accept with probability min(1, p(d) / q(d)).")
+            raise CheckFailed(tr("k = {k}: only {n} of {trials} steps accepted the first {pos} "
+                                 "draft(s) of a drafter close to the target; accept with "
+                                 "probability min(1, p(d) / q(d)).", k=k, n=int(counts.sum()),
+                                 trials=TRIALS, pos=pos))
     return notes[-1]

@@ -23,7 +23,6 @@ import torch
 from minimodel.engine.kv_cache import pages_needed
 from minimodel.engine.speculative import CachedLM
 from minimodel.grading.ch13.common import (
-    FALSE_ALARM,
     SMALL_V,
     TableLM,
     as_tokens,
@@ -35,46 +34,56 @@ from minimodel.grading.ch13.common import (
 )
 from minimodel.grading.common import clip, first_difference
 from minimodel.grading.core import CheckFailed, exercise, expect
+from minimodel.grading.i18n import Text, join, tr
 from minimodel.grading.learner import spy_calls
 
 NEW_TOKENS = 16
+# The titles below write SAMPLED_TRIALS, TEMPERATURE and common.FALSE_ALARM out: a title is a
+# literal, the key of its Chinese in zh/ch13.py.
 SAMPLED_TRIALS = 2500
 TEMPERATURE = 0.8
 
 
-def _expect_caches(lm: CachedLM, role: str, want: list[int], at_least: int, what: str) -> None:
+def _expect_caches(lm: CachedLM, role: str, want: list[int], at_least: int,
+                   what: Text) -> None:
     held = lm.tokens
     if role == "target":
-        expect(held == want,
-               f"{what}: the target's cache holds {len(held)} tokens afterwards, "
-               f"{clip(held[-6:])} at its end; it should hold exactly tokens + new[:-1] "
-               f"({len(want)} tokens, ending {clip(want[-6:])}). "
-               + ("The K/V of rejected drafts must be given back: truncate the cache to the "
-                  "tokens that stay. " if len(held) > len(want) else "")
-               + "The last new token has no K/V yet: the next step computes it.")
+        expect(held == want, tr(
+            "{what}: the target's cache holds {n} tokens afterwards, {end} at its end; it should "
+            "hold exactly tokens + new[:-1] ({want} tokens, ending {want_end}). {rollback}The "
+            "last new token has no K/V yet: the next step computes it.",
+            what=what, n=len(held), end=clip(held[-6:]), want=len(want),
+            want_end=clip(want[-6:]),
+            rollback=tr("The K/V of rejected drafts must be given back: truncate the cache to "
+                        "the tokens that stay. ") if len(held) > len(want) else ""))
     else:
-        expect(at_least <= len(held) <= len(want) and held == want[:len(held)],
-               f"{what}: the drafter's cache holds {len(held)} tokens afterwards, ending "
-               f"{clip(held[-6:])}; it should hold a prefix of tokens + new[:-1] "
-               f"({len(want)} tokens), at least the {at_least} tokens of `tokens`: "
-               + ("truncate away the drafts that were rejected." if len(held) > at_least
-                  else "keep the K/V of the context it has computed."))
+        expect(at_least <= len(held) <= len(want) and held == want[:len(held)], tr(
+            "{what}: the drafter's cache holds {n} tokens afterwards, ending {end}; it should "
+            "hold a prefix of tokens + new[:-1] ({want} tokens), at least the {at_least} tokens "
+            "of `tokens`: {advice}",
+            what=what, n=len(held), end=clip(held[-6:]), want=len(want), at_least=at_least,
+            advice=tr("truncate away the drafts that were rejected.") if len(held) > at_least
+            else tr("keep the K/V of the context it has computed.")))
     pages = pages_needed(len(held), lm.page_size)
     expect(len(lm.page_table) == pages and
            lm.allocator.num_free == lm.allocator.num_pages - pages,
-           f"{what}: the {role}'s cache holds {len(held)} tokens but {len(lm.page_table)} pages "
-           f"({lm.allocator.num_pages - lm.allocator.num_free} lent), not "
-           f"{pages}: use CachedLM.truncate, which gives the pages past the kept tokens back")
+           tr("{what}: the {role}'s cache holds {n} tokens but {held} pages ({lent} lent), not "
+              "{pages}: use CachedLM.truncate, which gives the pages past the kept tokens back",
+              what=what, role=tr("target") if role == "target" else tr("draft"), n=len(held),
+              held=len(lm.page_table), lent=lm.allocator.num_pages - lm.allocator.num_free,
+              pages=pages))
 
 
 def _step(fn: Callable, target: CachedLM, draft: CachedLM, tokens: list[int], k: int,
           temperature: float = 0.0, generator: torch.Generator | None = None) -> list[int]:
     """One call of the learner's step, its result and both caches checked."""
-    what = f"speculative_step(target, draft, tokens ({len(tokens)} tokens), k={k}" + \
-           (f", temperature={temperature})" if temperature else ")")
+    what = tr("speculative_step(target, draft, tokens ({n} tokens), k={k}{temperature})",
+              n=len(tokens), k=k,
+              temperature=f", temperature={temperature}" if temperature else "")
     new = as_tokens(fn(target, draft, list(tokens), k, temperature, generator), what)
     expect(1 <= len(new) <= k + 1,
-           f"{what} returned {len(new)} tokens; a step emits 1 to k + 1 = {k + 1}")
+           tr("{what} returned {n} tokens; a step emits 1 to k + 1 = {most}", what=what,
+              n=len(new), most=k + 1))
     want = list(tokens) + new[:-1]
     _expect_caches(target, "target", want, len(tokens), what)
     _expect_caches(draft, "draft", want, len(tokens), what)
@@ -117,16 +126,17 @@ def _greedy(fn: Callable) -> str:
             got = got[:NEW_TOKENS]
             if got != want:
                 i = first_difference(got, want)
-                raise CheckFailed(
-                    f"k = {k}, prompt {clip(prompt)}: {clip(got, 16)} instead of plain greedy "
-                    f"decoding's {clip(want, 16)}, from new token {i} on. At temperature 0 "
-                    "every emitted token must be the target's argmax after everything before "
-                    "it: accept drafts while they equal it, then add the target's own token.")
+                raise CheckFailed(tr(
+                    "k = {k}, prompt {prompt}: {got} instead of plain greedy decoding's {want}, "
+                    "from new token {i} on. At temperature 0 every emitted token must be the "
+                    "target's argmax after everything before it: accept drafts while they equal "
+                    "it, then add the target's own token.", k=k, prompt=clip(prompt),
+                    got=clip(got, 16), want=clip(want, 16), i=i))
             accepted += len(got) - steps
-    expect(accepted > 0, "no draft was ever accepted, though the drafter agrees with the target "
-                         "most of the time: compare each draft with the target's argmax at its "
-                         "own position")
-    return "the same tokens for every prompt and k"
+    expect(accepted > 0, tr("no draft was ever accepted, though the drafter agrees with the "
+                            "target most of the time: compare each draft with the target's "
+                            "argmax at its own position"))
+    return tr("the same tokens for every prompt and k")
 
 
 @exercise("ch13.speculative_step", "caches after every step, greedy and sampled, page sizes 1 "
@@ -145,7 +155,7 @@ def _caches(fn: Callable) -> str:
                                        generator=g).tolist()
                 _, n = _generate(fn, target, draft, prompt, k, 24, temperature, g)
                 steps += n
-    return f"{steps} steps"
+    return tr("{n} steps", n=steps)
 
 
 def _exact_joint(target: TableLM, prompt: list[int]) -> torch.Tensor:
@@ -155,10 +165,9 @@ def _exact_joint(target: TableLM, prompt: list[int]) -> torch.Tensor:
                         for x in range(target.V)])
 
 
-@exercise("ch13.speculative_step", f"sampled (temperature {TEMPERATURE}, k = 1 and 3, stand-in "
-                                   "models): the first two tokens follow the target's joint "
-                                   f"distribution (chi-square over {SAMPLED_TRIALS} runs, "
-                                   f"false-alarm rate {FALSE_ALARM:g})")
+@exercise("ch13.speculative_step", "sampled (temperature 0.8, k = 1 and 3, stand-in models): "
+                                   "the first two tokens follow the target's joint distribution "
+                                   "(chi-square over 2500 runs, false-alarm rate 0.0001)")
 @single_threaded
 def _sampled(fn: Callable) -> str:
     g = torch.Generator().manual_seed(6)
@@ -173,11 +182,12 @@ def _sampled(fn: Callable) -> str:
             got, _ = _generate(fn, target, draft, prompt, k, 2, TEMPERATURE, g)
             counts[got[0], got[1]] += 1
         notes.append(expect_distribution(
-            counts, _exact_joint(target, prompt), f"k = {k}, the first two tokens after "
-            f"{prompt}",
-            "Draw each draft from the drafter's distribution at the same temperature (the q "
-            "you pass on must be the distribution the draft was drawn from), take the target's "
-            "k + 1 rows at the drafts' positions, and let rejection_sample decide."))
+            counts, _exact_joint(target, prompt),
+            tr("k = {k}, the first two tokens after {prompt}", k=k, prompt=prompt),
+            tr("Draw each draft from the drafter's distribution at the same temperature (the q "
+               "you pass on must be the distribution the draft was drawn from), take the "
+               "target's k + 1 rows at the drafts' positions, and let rejection_sample "
+               "decide.")))
     return notes[0]
 
 
@@ -191,5 +201,6 @@ def _own(fn: Callable) -> None:
         for temperature in (0.0, TEMPERATURE):
             _generate(fn, TableLM(tt), TableLM(dt), [1, 2, 3], 2, 6, temperature, g)
     missing = [name for name in ("accept_greedy", "rejection_sample") if not calls.get(name)]
-    expect(not missing, f"your speculative_step never called your {' or '.join(missing)}: "
-                        "verify the drafts with the functions you wrote above")
+    expect(not missing, tr("your speculative_step never called your {missing}: verify the "
+                           "drafts with the functions you wrote above",
+                           missing=join(tr(" or "), missing)))
