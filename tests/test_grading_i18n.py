@@ -15,6 +15,7 @@ import string
 from pathlib import Path
 
 import pytest
+import torch
 
 from minimodel.grading import check, exercise
 from minimodel.grading.core import _REGISTRY, CheckFailed
@@ -235,3 +236,24 @@ def test_titles_that_state_a_constant_state_its_value():
     assert sum(f"over {rejection.TRIALS} steps" in t for t in titles) == 1
     assert sum(f"temperature {step.TEMPERATURE}" in t and f"over {step.SAMPLED_TRIALS} runs" in t
                and rate in t for t in titles) == 1
+
+
+def test_an_error_the_graders_raise_keeps_both_languages(monkeypatch):
+    """A stand-in model's ValueError (chapter 13), raised while a check runs, is reported in
+    both languages like any message."""
+    from minimodel.grading.ch13.common import TableLM
+
+    name = "test_i18n.raises"
+
+    @exercise(name, "not implemented yet")
+    def extends_nothing(fn):
+        TableLM(torch.zeros(3, 3, 3)).extend([])
+
+    monkeypatch.setenv("MINIMODEL_LANG", "en")
+    try:
+        result = check(name, lambda: None)
+    finally:
+        _REGISTRY.pop(name)
+    message = result.outcomes[0].message
+    assert "extend needs at least one token id" in message.en and not message.missing
+    assert "extend 至少需要一个 token ID" in message.zh

@@ -201,7 +201,8 @@ def check(name: str, fn: Callable) -> CheckResult:
             where = (tr(" (line {line} of {function})", line=frame.lineno, function=frame.name)
                      if frame else "")
             hint = learner.explain(e)
-            message = tr("raised {error}: {text}{where}", error=type(e).__name__, text=str(e),
+            said = e.args[0] if len(e.args) == 1 and isinstance(e.args[0], Text) else str(e)
+            message = tr("raised {error}: {text}{where}", error=type(e).__name__, text=said,
                          where=where)
             if hint:
                 message = tr("{message}. {hint}", message=message, hint=hint)

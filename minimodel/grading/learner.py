@@ -57,18 +57,18 @@ def find_notebook(name: str | Path, folder: str | Path | None = None) -> Path:
     if path.suffix == ".ipynb":
         if path.is_file():
             return path
-        raise FileNotFoundError(str(tr("{path} does not exist.", path=path)))
+        raise FileNotFoundError(tr("{path} does not exist.", path=path))
     base = Path(folder) if folder is not None else Path.cwd()
     hits = sorted(p for p in base.glob(f"{name}*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     if not hits:
-        raise FileNotFoundError(str(tr(
+        raise FileNotFoundError(tr(
             "No notebook {name}*.ipynb in {folder}. Keep your exercise notebooks together in one "
             "folder (as in exercises/) and run this notebook from there.",
-            name=name, folder=base.resolve())))
+            name=name, folder=base.resolve()))
     if len(hits) > 1:
         names = ", ".join(p.name for p in hits)
-        raise FileNotFoundError(str(tr("More than one notebook matches {name!r} in {folder}: "
-                                       "{names}.", name=name, folder=base, names=names)))
+        raise FileNotFoundError(tr("More than one notebook matches {name!r} in {folder}: "
+                                   "{names}.", name=name, folder=base, names=names))
     return hits[0]
 
 
@@ -163,9 +163,9 @@ def _definitions(notebook: Path) -> tuple[str, dict[str, Skipped], list[ast.stmt
         try:
             tree = ast.parse(_cell_source(cell))
         except SyntaxError as e:
-            raise SyntaxError(str(tr("{notebook}, code cell {cell}: {error} (line {line})",
-                                     notebook=notebook.name, cell=i, error=e.msg,
-                                     line=e.lineno))) from e
+            raise SyntaxError(tr("{notebook}, code cell {cell}: {error} (line {line})",
+                                 notebook=notebook.name, cell=i, error=e.msg,
+                                 line=e.lineno)) from e
         kept = []
         for node in tree.body:
             if _keep(node):
