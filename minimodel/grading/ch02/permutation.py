@@ -107,8 +107,8 @@ def _score_hint(w: dict, out: dict, x: torch.Tensor, positions: torch.Tensor, th
         return torch.equal(out[key].float(), w[key].float())
 
     if kept("q_proj.weight") and kept("k_proj.weight"):
-        return tr("; q_proj and k_proj came back as they were: interleaved RoPE turns other "
-                  "dimensions together than rotate-half, so the same rows no longer meet their "
+        return tr("; q_proj and k_proj came back as they were: interleaved RoPE pairs up "
+                  "other dimensions than rotate-half does, so unmoved rows no longer meet their "
                   "partners")
     for a, b in (("q", "k"), ("k", "q")):
         if kept(f"{a}_proj.weight"):

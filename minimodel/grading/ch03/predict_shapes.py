@@ -96,8 +96,8 @@ def _shapes_keys(fn: Callable) -> None:
                   want=_not_a_shape(got[key])))
 
 
-@exercise("ch03.predict_shapes", "gets the paper example's config as a batch of 2 prompts of "
-          "5 tokens (C=32, Hq=4, Hkv=2, D=8, V=64)")
+@exercise("ch03.predict_shapes", "gets the pen-and-paper example's config as a batch of 2 "
+          "prompts of 5 tokens (C=32, Hq=4, Hkv=2, D=8, V=64)")
 def _shapes_paper(fn: Callable) -> None:
     _compare_shapes(fn, (2, 5, 32, 4, 2, 8, 64))  # the chapter measures B=1, T=3 only
 

@@ -7,7 +7,7 @@ MESSAGES: dict[str, str] = {
     "; it looks shifted by one row: id i must read row i (ids start at 0)":
         "；看起来错开了一行：ID i 应当读取第 i 行（ID 从 0 开始）",
     "returns [B, T, C] in the table's dtype, for several sizes and dtypes":
-        "返回 [B, T, C]，dtype 与表相同；覆盖多种大小和 dtype",
+        "返回 [B, T, C]，dtype 与表相同；覆盖多种形状和 dtype",
     "with a {dtype} table the embeddings should be {dtype}, got {got}":
         "表是 {dtype} 时，嵌入也应当是 {dtype}，实际是 {got}",
     "{n} cases": "{n} 个用例",
@@ -24,7 +24,7 @@ MESSAGES: dict[str, str] = {
     "pack of {n} sequence": "pack（{n} 个序列）",
     "pack of {n} sequences": "pack（{n} 个序列）",
     "{what} should return a tuple (ids, indptr), got {got}":
-        "{what} 应当返回元组 (ids, indptr)，实际返回的是 {got}",
+        "{what} 应当返回元组 (ids, indptr)，实际是 {got}",
     "{what}: {name} should be a torch.Tensor, got {got}":
         "{what}：{name} 应当是 torch.Tensor，实际是 {got}",
     "{what}: {name} should be torch.long, got {got}":
@@ -41,7 +41,7 @@ MESSAGES: dict[str, str] = {
     "for lengths {lens}, indptr should be {want} (0, then running sums of the lengths), got {got}":
         "序列长度为 {lens} 时，indptr 应为 {want}（先是 0，然后是长度的累加和），实际是 {got}",
     "ids[indptr[i]:indptr[i+1]] is sequence i, in the original order":
-        "ids[indptr[i]:indptr[i+1]] 就是序列 i，保持原来的顺序",
+        "ids[indptr[i]:indptr[i+1]] 就是序列 i，顺序与原来相同",
     "for lengths {lens}, ids should hold the {want} real tokens and nothing else (no padding), "
     "got {got} ids":
         "序列长度为 {lens} 时，ids 应当只包含那 {want} 个真实 token（不含填充），实际有 {got} 个",

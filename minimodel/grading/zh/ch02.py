@@ -40,7 +40,7 @@ MESSAGES: dict[str, str] = {
         "转反了方向：每一对都转了负的角度",
     # ch02.rope_tables
     "{what} should return a tuple (cos, sin), got {got}":
-        "{what} 应当返回元组 (cos, sin)，实际返回的是 {got}",
+        "{what} 应当返回元组 (cos, sin)，实际是 {got}",
     "{what}: {name}": "{what}：{name}",
     "{what}: {name} [T, D] (each of the D/2 angles appears twice)":
         "{what}：{name} [T, D]（D/2 个角度各出现两次）",
@@ -49,7 +49,7 @@ MESSAGES: dict[str, str] = {
     "{what}: {name} is {dtype}, but a 16-bit float cannot hold angles like 1000 * 0.97 "
     "precisely enough; the tables are float32":
         "{what}：{name} 是 {dtype}，但 16 位浮点数无法足够精确地表示 1000 * 0.97 这样的角度；"
-        "表应当用 float32",
+        "表应当是 float32",
     "returns (cos, sin), each float [T, D], for several T and D":
         "返回 (cos, sin)，各为浮点 [T, D]；覆盖多种 T 和 D",
     "{n} cases": "{n} 个用例",
@@ -113,7 +113,7 @@ MESSAGES: dict[str, str] = {
         "rope_qkv(q [{T}, {Hq}, {D}], k 与 v 均为 [{T}, {Hkv}, {D}], positions {positions}, "
         "theta {theta:g})",
     "{what} should return a tuple (q, k, v), got {got}":
-        "{what} 应当返回元组 (q, k, v)，实际返回的是 {got}",
+        "{what} 应当返回元组 (q, k, v)，实际是 {got}",
     "{what}: {name} should stay {want}, got {got}": "{what}：{name} 应当保持 {want}，实际是 {got}",
     "returns (q, k, v) with their shapes and dtypes (Hq != Hkv)":
         "返回 (q, k, v)，形状和 dtype 不变（Hq != Hkv）",
@@ -131,13 +131,13 @@ MESSAGES: dict[str, str] = {
     "interleave_permutation(weights of Hq={Hq}, Hkv={Hkv}, C={C}, head_dim={D})":
         "interleave_permutation(Hq={Hq}, Hkv={Hkv}, C={C}, head_dim={D} 的权重)",
     "{what} should return a dict of weights, got {got}":
-        "{what} 应当返回一个权重字典，实际返回的是 {got}",
+        "{what} 应当返回一个权重字典，实际是 {got}",
     "{what}: the result lacks {missing}; return every weight of the layer, changed or not":
         "{what}：结果中缺少 {missing}；无论改没改，这一层的每个权重都要返回",
-    "; q_proj and k_proj came back as they were: interleaved RoPE turns other dimensions "
-    "together than rotate-half, so the same rows no longer meet their partners":
-        "；q_proj 和 k_proj 原样返回了：交错 RoPE 放在一起旋转的维度与 rotate-half 不同，同样的"
-        "行不再遇到原来与它配对的那一行",
+    "; q_proj and k_proj came back as they were: interleaved RoPE pairs up other "
+    "dimensions than rotate-half does, so unmoved rows no longer meet their partners":
+        "；q_proj 和 k_proj 原样返回了：交错 RoPE 配成一对旋转的维度与 rotate-half 不同，行不"
+        "重排的话，每一行就碰不到与它配对的那一行",
     "; {a}_proj.weight came back as it was while {b}_proj's rows moved: a score multiplies "
     "dimension j of q with dimension j of k, so both need the same reordering":
         "；{a}_proj.weight 原样返回了，{b}_proj 的行却移动了：分数是 q 的第 j 维与 k 的第 j 维"
@@ -155,8 +155,8 @@ MESSAGES: dict[str, str] = {
         "；只有一个头时是对的，有多个头时就错了：每个头各占自己的 D 行，重排发生在每个头的内部",
     "; the reordering does not bring the two dimensions of each rotate-half pair (i, i + D/2) "
     "to where interleaved RoPE turns them together, at frequency f_i":
-        "；这个重排没有把 rotate-half 每个维度对 (i, i + D/2) 中的两个维度，挪到交错 RoPE 以"
-        "频率 f_i 一起旋转它们的位置",
+        "；这个重排没有把 rotate-half 的每个维度对 (i, i + D/2) 挪到交错 RoPE 以频率 f_i "
+        "一起旋转的那两个位置上",
     "; v_proj's rows moved but o_proj's columns did not, so o_proj reads every value dimension "
     "from the wrong place (and RoPE never touches v)":
         "；v_proj 的行移动了，o_proj 的列却没有动，于是 o_proj 从错误的位置读取每个值维度（而且"
@@ -169,14 +169,14 @@ MESSAGES: dict[str, str] = {
         "；v_proj 和 o_proj 对不上了：o_proj 的第 j 列读取的是值的第 j 维",
     "returns the six weights of the layer with their shapes and dtypes":
         "返回这一层的六个权重，形状和 dtype 不变",
-    "{n} layers": "{n} 个层",
+    "{n} layers": "{n} 层",
     "with interleaved RoPE, every q·k score equals rotate-half's (head dims 2 to 128, GQA)":
         "用交错 RoPE 时，每个 q·k 分数都与 rotate-half 的相同（头维度 2 到 128，GQA）",
     "{what}, positions {positions}, theta {theta:g}: the scores of the converted layer with "
     "interleaved RoPE differ from the original's with rotate-half by up to {worst:.3g}{hint}":
         "{what}，位置 {positions}，theta {theta:g}：转换后的层用交错 RoPE 算出的分数，与原来的层"
         "用 rotate-half 算出的相差最多 {worst:.3g}{hint}",
-    "{n} layers, float32 and bfloat16 weights": "{n} 个层，权重为 float32 和 bfloat16",
+    "{n} layers, float32 and bfloat16 weights": "{n} 层，权重为 float32 和 bfloat16",
     "with interleaved RoPE, the layer's output equals rotate-half's":
         "用交错 RoPE 时，层的输出与 rotate-half 的相同",
     "{what}, positions {positions}, theta {theta:g}: the output of the converted layer differs "

@@ -83,7 +83,7 @@ MESSAGES: dict[str, str] = {
     "keeps the dtype (float32, bfloat16, float16) and leaves x unchanged":
         "保持 dtype（float32、bfloat16、float16）不变，且不修改 x",
     "repeat_kv on {dtype} returned {got}; keep x's dtype.":
-        "repeat_kv 在 {dtype} 输入上返回了 {got}；应保持 x 的 dtype。",
+        "repeat_kv 在 {dtype} 输入上返回了 {got}；应当保持 x 的 dtype。",
     "repeat_kv changed its input x; return a new tensor.":
         "repeat_kv 修改了输入 x；应当返回一个新张量。",
     "repeat_kv on {dtype} changed the values.": "repeat_kv 在 {dtype} 输入上改变了数值。",
@@ -93,11 +93,11 @@ MESSAGES: dict[str, str] = {
         "你的输出里有 NaN：某个查询的所有键都被遮住了，它的 softmax 只在 -inf 上计算。"
         "掩码是不是反了？True 表示“可以关注”。",
     " It matches attention without scaling: multiply the scores by 1/sqrt(D).":
-        "它与不做缩放的注意力一致：得分要乘以 1/sqrt(D)。",
+        "它与不做缩放的注意力一致：分数要乘以 1/sqrt(D)。",
     " It matches scores scaled by 1/D; the scale is 1/sqrt(D).":
-        "它与按 1/D 缩放的得分一致；缩放系数应为 1/sqrt(D)。",
+        "它与按 1/D 缩放的分数一致；缩放系数应为 1/sqrt(D)。",
     " It matches scores multiplied by sqrt(D); divide by sqrt(D) instead.":
-        "它与乘以 sqrt(D) 的得分一致；应当改为除以 sqrt(D)。",
+        "它与乘以 sqrt(D) 的分数一致；应当改为除以 sqrt(D)。",
     " It matches the transposed mask: mask[t, s] says whether query t reads key s.":
         "它与转置后的掩码一致：mask[t, s] 表示查询 t 能否读取键 s。",
     " It matches the inverted mask: True means 'may attend', so the scores that become -inf "
@@ -172,7 +172,7 @@ MESSAGES: dict[str, str] = {
     "'causal attention plus relu(next input)'": "“因果注意力，再加上 relu(下一个输入)”",
     "'subtracting the mean over the whole sequence'": "“减去整条序列上的均值”",
     "is_causal should return True or False, got {type} {result!r} for {name}.":
-        "is_causal 应当返回 True 或 False，但对{name}返回了 {type} {result!r}。",
+        "is_causal 应当返回 True 或 False，实际对{name}返回了 {type} {result!r}。",
     "; ": "；",
     "is_causal said False for {n} causal function(s): {named}. These never read a later "
     "position; does your test compare with a tolerance that float noise can beat, or change "
@@ -194,7 +194,7 @@ MESSAGES: dict[str, str] = {
     "says False for subtle leaks (1e-3 in size, one channel, relu)":
         "对隐蔽的泄漏（大小只有 1e-3、只经过一个通道、经过 relu）说 False",
     # predict_shapes.py
-    "token ids are [B, T].": "token id 是 [B, T]。",
+    "token ids are [B, T].": "token ID 是 [B, T]。",
     "one C-vector per token: [B, T, C].": "每个 token 一个 C 维向量：[B, T, C]。",
     "q is [B, Hq, T, D]; D is the given head_dim, which need not be C // Hq.":
         "q 是 [B, Hq, T, D]；D 是给定的 head_dim，不一定等于 C // Hq。",
@@ -212,7 +212,7 @@ MESSAGES: dict[str, str] = {
     "a tuple of ints (a shape), got a tensor of shape {shape}.":
         "由整数组成的元组（即形状），实际是一个形状为 {shape} 的张量。",
     "a tuple of ints, got {value!r}.": "由整数组成的元组，实际是 {value!r}。",
-    "{where} should return a dict, got {type}.": "{where} 应当返回 dict，实际返回的是 {type}。",
+    "{where} should return a dict, got {type}.": "{where} 应当返回 dict，实际是 {type}。",
     "{where} is missing the key(s) {missing}{listing}.": "{where} 缺少键 {missing}{listing}。",
     "{where}[{key!r}] should be {want}": "{where}[{key!r}] 应当是{want}",
     "{where}[{key!r}] is {shape}, expected {want}: {hint}":
@@ -220,9 +220,9 @@ MESSAGES: dict[str, str] = {
     "returns a dict with all nine keys, each a tuple of ints":
         "返回包含全部九个键的 dict，每个值都是由整数组成的元组",
     "; expected {keys}": "；应包含 {keys}",
-    "gets the paper example's config as a batch of 2 prompts of 5 tokens (C=32, Hq=4, Hkv=2, "
-    "D=8, V=64)":
-        "算对本章纸上示例的配置，换成 2 条各 5 个 token 的提示词组成的 batch"
+    "gets the pen-and-paper example's config as a batch of 2 prompts of 5 tokens (C=32, Hq=4, "
+    "Hkv=2, D=8, V=64)":
+        "纸上推演那个例子的配置，换成 2 条各 5 个 token 的提示词组成的 batch，形状全部正确"
         "（C=32, Hq=4, Hkv=2, D=8, V=64）",
     "gets every shape right for 12 configs you have not seen":
         "在 12 个你没见过的配置上，每个形状都正确",

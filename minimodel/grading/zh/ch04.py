@@ -55,10 +55,10 @@ MESSAGES: dict[str, str] = {
         "范围（最大 65504）。平方和求均值要用 float32 来做。",
     # fused.py
     "fused_add_rms_norm should return a pair (normed, new_residual), got {type} of {n}.":
-        "fused_add_rms_norm 应当返回一对值 (normed, new_residual)，实际返回的是含 {n} 个元素的 "
+        "fused_add_rms_norm 应当返回一对值 (normed, new_residual)，实际是含 {n} 个元素的 "
         "{type}。",
     "fused_add_rms_norm should return a pair (normed, new_residual), got {type}.":
-        "fused_add_rms_norm 应当返回一对值 (normed, new_residual)，实际返回的是 {type}。",
+        "fused_add_rms_norm 应当返回一对值 (normed, new_residual)，实际是 {type}。",
     "normed (the first output)": "normed（第一个输出）",
     "new_residual (the second output)": "new_residual（第二个输出）",
     "for x {shape} {dtype}": "（x 为 {shape} {dtype}）",
@@ -102,13 +102,13 @@ MESSAGES: dict[str, str] = {
         "它与缺了 up 投影的 silu(gate) 一致：还要乘以 up(x)。",
     " It matches gate * up with no activation: apply silu to the gate.":
         "它与不加激活函数的 gate * up 一致：要对 gate 做 silu。",
-    "{what} returned {got}; keep x's dtype.": "{what} 返回了 {got}；应保持 x 的 dtype。",
+    "{what} returned {got}; keep x's dtype.": "{what} 返回了 {got}；应当保持 x 的 dtype。",
     "{what} is off from down(silu(gate(x)) * up(x)): max abs diff {worst:.3g}.{hint}":
         "{what} 与 down(silu(gate(x)) * up(x)) 不符：最大绝对误差 {worst:.3g}。{hint}",
     "returns [..., C] for 1-D to 3-D inputs (weights [I, C], [I, C], [C, I])":
         "对 1 维到 3 维的输入都返回 [..., C]（权重为 [I, C]、[I, C]、[C, I]）",
     "equals down(silu(gate(x)) * up(x))": "等于 down(silu(gate(x)) * up(x))",
-    "works in bfloat16 and float16": "在 bfloat16 和 float16 下都能正确运行",
+    "works in bfloat16 and float16": "在 bfloat16 和 float16 下也能正确运行",
     # merge_qkv.py
     "returns [(Hq + 2*Hkv) * D, C] for MHA, GQA, MQA and Hq*D != C":
         "对 MHA、GQA、MQA 以及 Hq*D != C 的情况都返回 [(Hq + 2*Hkv) * D, C]",
@@ -124,7 +124,7 @@ MESSAGES: dict[str, str] = {
         "原样保持权重的 dtype 和数值（bfloat16）",
     "merge_qkv of bfloat16 weights": "对 bfloat16 权重调用的 merge_qkv",
     "merge_qkv of bfloat16 weights returned {dtype}; keep their dtype.":
-        "对 bfloat16 权重，merge_qkv 返回了 {dtype}；应保持权重的 dtype。",
+        "对 bfloat16 权重，merge_qkv 返回了 {dtype}；应当保持权重的 dtype。",
     "merge_qkv changed the weights' values: the merged weight holds the rows of w_q, then w_k, "
     "then w_v, exactly as they are (no transpose, no arithmetic).":
         "merge_qkv 改变了权重的数值：合并后的权重依次原样存放 w_q、w_k、w_v 的行"
@@ -149,7 +149,7 @@ MESSAGES: dict[str, str] = {
         "{where} 在真实位置上给出了 NaN。一个填充位置的查询如果一个键都读不到，它的 softmax "
         "就只在 -inf 上计算（得到 NaN）；这个 NaN 随后会通过下一层的值传到真实 token 上，"
         "即使它的权重是 0 也一样（0 * NaN = NaN）。",
-    "{where} gives NaN logits.": "{where} 给出的 logits 是 NaN。",
+    "{where} gives NaN logits.": "{where} 给出的 logits 中有 NaN。",
     " Even one token alone is off. A single token's attention reads only its own value vector, "
     "so q, k, RoPE and the mask play no part there: look at the embedding, the norms and their "
     "weights, the residual adds, the MLP, v and o_proj, the final norm and the LM head.":
@@ -179,6 +179,7 @@ MESSAGES: dict[str, str] = {
     "the functions you wrote (loaded with learner_module from your notebooks of chapters 01-03, "
     "and this notebook's), not the package's.":
         "my_qwen3_forward 从没调用过你自己的 {missing}。综合练习是你自己的模型：它必须运行你写的"
-        "函数（用 learner_module 从你第 01-03 章的 notebook 以及本 notebook 加载），而不是本包的。",
+        "函数（用 learner_module 从你第 01-03 章的 notebook 以及本 notebook 加载），而不是本包"
+        "里的。",
     ", ": "、",
 }

@@ -3,7 +3,7 @@
 MESSAGES: dict[str, str] = {
     # common.py
     "{what} should keep the logits' dtype {want}, got {got}":
-        "{what} 应保持 logits 的 dtype {want}，实际是 {got}",
+        "{what} 应当保持 logits 的 dtype {want}，实际是 {got}",
     "{what}: a removed token should be -inf (float('-inf')), got {got:.3g}: a very negative "
     "number still leaves it a tiny probability, and -inf is what the next filter and softmax "
     "expect":
@@ -28,10 +28,11 @@ MESSAGES: dict[str, str] = {
         "；它把第 k 小的 logit 当成了阈值：应从最大的开始数（按降序排序）",
     "{what}: row {row} {differs}; keep every logit >= the row's k-th largest and set the others "
     "to -inf{hint}":
-        "{what}：第 {row} 行{differs}；应保留所有 >= 该行第 k 大值的 logit，其余改写为 -inf{hint}",
+        "{what}：第 {row} 行{differs}；要保留所有 >= 该行第 k 大值的 logit，其余都改写为 "
+        "-inf{hint}",
     "keeps each row's k largest logits and writes -inf elsewhere":
         "保留每行最大的 k 个 logits，其余位置写入 -inf",
-    "{n} cases, up to V = 151936": "{n} 个用例，最大到 V = 151936",
+    "{n} cases, up to V = 151936": "{n} 个用例，V 最大为 151936",
     "keeps every token tied with the k-th largest": "保留与第 k 大值并列的每个 token",
     "k=0 means no filter: the logits come back unchanged": "k=0 表示不过滤：logits 原样返回",
     "k=0 means no top-k, so every logit stays": "k=0 表示不使用 top-k，所以每个 logit 都保留",
@@ -40,7 +41,7 @@ MESSAGES: dict[str, str] = {
     "top_k_filter(logits [3, 30] in {dtype}, k=4)":
         "{dtype} 下的 top_k_filter(logits [3, 30], k=4)",
     # top_p.py
-    "could not draw logits away from p={p}": "抽不出累积概率远离 p={p} 的 logits",
+    "could not draw logits away from p={p}": "抽不出累积概率都远离 p={p} 的 logits",
     "; {tied} tokens have the same probability as the token that crosses p, but only {kept} of "
     "them were kept: which of equal tokens survives should not depend on where a sort happened "
     "to put them, so every token as likely as the crossing token stays":
@@ -78,7 +79,7 @@ MESSAGES: dict[str, str] = {
     "0.5, a 0.2 crosses it, and the other two 0.2s are just as likely, so all four stay":
         "概率为 {probs}、p=0.5 时，top_p_filter 保留了 {kept} 个 token：只有 0.4 时不到 0.5，加上"
         "一个 0.2 就越过了 p，而另外两个 0.2 的概率与它完全相同，所以四个都要保留",
-    "{n} cases, up to V = 151936 in bfloat16": "{n} 个用例，最大到 bfloat16 下的 V = 151936",
+    "{n} cases, up to V = 151936 in bfloat16": "{n} 个用例，bfloat16 下 V 最大为 151936",
     "always keeps at least the most likely token": "至少总会保留最可能的 token",
     "{what} kept {n} tokens per row; when the most likely token alone reaches p, it is the only "
     "one kept: the most likely token always stays, so there is always something to sample":
@@ -99,7 +100,7 @@ MESSAGES: dict[str, str] = {
         "{what} 的形状应为 (1,)，实际是 0 维张量：squeeze() 会去掉所有大小为 1 的维度，B=1 时批维度"
         "也在其中",
     "{what} should be token ids of dtype torch.long (int64), got {got}":
-        "{what} 应是 dtype 为 torch.long（int64）的 token ID，实际是 {got}",
+        "{what} 应当是 dtype 为 torch.long（int64）的 token ID，实际是 {got}",
     "could not draw logits with clear top-p boundaries": "抽不出 top-p 边界清晰的 logits",
     "returns Long [B], one token id per row": "返回 Long [B]，每行一个 token ID",
     "sample returned ids {ids}, outside the vocabulary 0..{last}":
@@ -108,8 +109,8 @@ MESSAGES: dict[str, str] = {
         "温度为 0 即贪心解码：取每行的 argmax，不管 top-k/p 是多少",
     "sample(logits [{B}, {V}] in {dtype}, temperature=0) should return the argmax of each row "
     "{want}, got {got}: temperature 0 means greedy (do not divide by 0, and do not draw)":
-        "{dtype} 下的 sample(logits [{B}, {V}], temperature=0) 应返回每行的 argmax {want}，实际是 "
-        "{got}：温度为 0 就是贪心解码（不要除以 0，也不要抽样）",
+        "{dtype} 下的 sample(logits [{B}, {V}], temperature=0) 应当返回每行的 argmax {want}，"
+        "实际是 {got}：温度为 0 就是贪心解码（不要除以 0，也不要抽样）",
     "top_k=1, or a temperature near 0, is greedy too": "top_k=1 或接近 0 的温度同样是贪心解码",
     "sample(..., temperature=1.0, top_k=1) should always return the argmax: top-k with k=1 keeps "
     "only the best token":
@@ -117,15 +118,15 @@ MESSAGES: dict[str, str] = {
         "token",
     "sample(..., temperature=0.001) should return the argmax: a tiny temperature puts almost all "
     "probability on it":
-        "sample(..., temperature=0.001) 应返回 argmax：极小的温度几乎把全部概率都压在它身上",
+        "sample(..., temperature=0.001) 应当返回 argmax：极小的温度几乎把全部概率都压在它身上",
     "never draws a token that temperature -> top-k -> top-p removed":
-        "绝不会抽到被 温度 -> top-k -> top-p 移除的 token",
+        "绝不会抽到在“温度 -> top-k -> top-p”中被移除的 token",
     "with {settings} only {allowed} of the {V} tokens may be drawn, but sample drew token "
     "{token}, which was filtered out (apply temperature first, then top-k, then top-p on the "
     "probabilities of what is left)":
         "在 {settings} 下，{V} 个 token 中只有 {allowed} 个可以抽到，但 sample 抽出了 token "
         "{token}，它已被过滤掉（先应用温度，再 top-k，再在剩下的 token 的概率上做 top-p）",
-    "{n} configs x {draws} draws": "{n} 组设置，每组抽样 {draws} 次",
+    "{n} configs x {draws} draws": "{n} 组配置 × 每组抽样 {draws} 次",
     "draws with the probabilities of the filtered softmax": "按过滤后 softmax 给出的概率抽样",
     "with {settings}, the frequencies of {n} draws are {freq} but the filtered softmax is {want} "
     "(they differ by {tv:.2f} in total variation; sampling noise is below 0.05). Divide the "
@@ -134,7 +135,7 @@ MESSAGES: dict[str, str] = {
         "距离为 {tv:.2f}，而抽样噪声低于 0.05）。应先把 logits 除以温度，再过滤，然后在整个词表上"
         "做 softmax，最后抽样",
     "worst total variation {worst:.3f} over {n} configs":
-        "{n} 组设置中最大的总变差距离为 {worst:.3f}",
+        "{n} 组配置中最大的总变差距离为 {worst:.3f}",
     "draws from the given generator: same seed, same tokens":
         "从给定的生成器抽样：种子相同，token 就相同",
     "two calls with generators seeded alike ({settings}) returned different tokens: every random "

@@ -2,27 +2,27 @@
 
 MESSAGES: dict[str, str] = {
     # common.py
-    "{what} should return {listed}, got {got}": "{what} 应返回 {listed}，实际是 {got}",
+    "{what} should return {listed}, got {got}": "{what} 应当返回 {listed}，实际是 {got}",
     "{what} should return a list of Python ints, got items of type {kinds}{tip}":
-        "{what} 应返回由 Python int 组成的列表，实际含有 {kinds} 类型的元素{tip}",
+        "{what} 应当返回由 Python int 组成的列表，实际含有 {kinds} 类型的元素{tip}",
     # generate.py
     "forward_all was called with a {kind}; it takes a LongTensor of ids [1, T]":
-        "调用 forward_all 时传入的是 {kind}；它接受的是由 id 组成的 LongTensor [1, T]",
+        "调用 forward_all 时传入的是 {kind}；它接受的是由 ID 组成的 LongTensor [1, T]",
     "forward_all was called with shape {shape}; it takes ids [1, T] (one sequence: keep the batch "
     "dimension)":
-        "调用 forward_all 时传入的形状是 {shape}；它接受的是 id [1, T]（一个序列：要保留批维度）",
+        "调用 forward_all 时传入的形状是 {shape}；它接受的是 ID [1, T]（一个序列：要保留批维度）",
     "forward_all was called with {dtype} ids; token ids are torch.long":
-        "调用 forward_all 时传入的 id 是 {dtype}；token id 应为 torch.long",
+        "调用 forward_all 时传入的 ID 是 {dtype}；token ID 应为 torch.long",
     "generate(prompt of {T} tokens, max_new_tokens={n}, eos_id={eos_id})":
         "generate(长 {T} 个 token 的提示词, max_new_tokens={n}, eos_id={eos_id})",
     " (use int(token))": "（请用 int(token) 转换）",
     "a list of ints": "int 列表",
     "returns max_new_tokens new token ids (a list of ints) without EOS":
-        "没有 EOS 时返回 max_new_tokens 个新 token id（int 列表）",
+        "没有 EOS 时返回 max_new_tokens 个新 token ID（int 列表）",
     "generate returned the prompt too; return only the new tokens":
-        "generate 把提示词也返回了；只应返回新生成的 token",
+        "generate 把提示词也返回了；只应当返回新生成的 token",
     "with max_new_tokens={n} and no EOS, generate should return {n} tokens, got {got}":
-        "max_new_tokens={n} 且没有 EOS 时，generate 应返回 {n} 个 token，实际返回了 {got} 个",
+        "max_new_tokens={n} 且没有 EOS 时，generate 应当返回 {n} 个 token，实际返回了 {got} 个",
     "each new token is the argmax of the last position's logits":
         "每个新 token 都是最后一个位置的 logits 的 argmax",
     "with a prompt of {T} tokens (V={V}), the greedy tokens are {want}, got {got} (first "
@@ -38,7 +38,7 @@ MESSAGES: dict[str, str] = {
     "step":
         "第 {i} 次模型调用收到了 {n} 个 token {seen}；它应收到提示词加上迄今生成的 {i} 个 token"
         "（共 {want} 个）：没有缓存时，模型每一步都需要整个序列",
-    "calls the model once per new token, never more": "每个新 token 调用一次模型，绝不多调",
+    "calls the model once per new token, never more": "每个新 token 只调用一次模型，绝不多调",
     "generate made {calls} model calls for {n} new tokens (max_new_tokens={limit}); one call per "
     "token: no extra call after the last one":
         "generate 为 {n} 个新 token 调用了 {calls} 次模型（max_new_tokens={limit}）；每个 token "
@@ -49,7 +49,7 @@ MESSAGES: dict[str, str] = {
     "not run the model at all":
         "generate(max_new_tokens=0) 调用了 {n} 次模型；没有要生成的东西，就根本不该运行模型",
     "generate(max_new_tokens=0) should return [], got {got}":
-        "generate(max_new_tokens=0) 应返回 []，实际是 {got}",
+        "generate(max_new_tokens=0) 应当返回 []，实际是 {got}",
     "stops right after EOS, and EOS is part of the output":
         "遇到 EOS 立即停止，且 EOS 包含在输出中",
     "generate stopped at EOS but left it out: expected {want} ending with EOS {eos}, got {got}; "
@@ -58,7 +58,7 @@ MESSAGES: dict[str, str] = {
         "EOS 是生成出来的 token，属于输出的一部分",
     "with eos_id={eos}, generate should return {want} (stop right after EOS, EOS included), got "
     "{got}":
-        "eos_id={eos} 时，generate 应返回 {want}（遇到 EOS 立即停止，包含 EOS），实际是 {got}",
+        "eos_id={eos} 时，generate 应当返回 {want}（遇到 EOS 立即停止，包含 EOS），实际是 {got}",
     "generate called the model {calls} times for {n} tokens ending with EOS; after EOS there is "
     "nothing more to compute":
         "对以 EOS 结尾的 {n} 个 token，generate 调用了 {calls} 次模型；EOS 之后就没有什么要"
@@ -67,19 +67,19 @@ MESSAGES: dict[str, str] = {
         "eos_id=0 与其他 token 一样；提示词中的 EOS 不会引起停止",
     "with eos_id=0 and the model's first token 0, generate should return [0], got {got}: 0 is a "
     "real token id, even though Python treats it as false":
-        "eos_id=0 且模型生成的第一个 token 是 0 时，generate 应返回 [0]，实际是 {got}：0 是一个真实"
-        "的 token id，尽管 Python 把它当作假值",
+        "eos_id=0 且模型生成的第一个 token 是 0 时，generate 应当返回 [0]，实际是 {got}：0 是一个"
+        "真实的 token ID，尽管 Python 把它当作假值",
     "the prompt holds EOS ({eos}) at position 1; only a generated EOS stops the loop, so generate "
     "should return {want}, got {got}":
-        "提示词的位置 1 上是 EOS（{eos}）；只有生成出来的 EOS 才会终止循环，所以 generate 应返回 "
+        "提示词的位置 1 上是 EOS（{eos}）；只有生成出来的 EOS 才会终止循环，所以 generate 应当返回 "
         "{want}，实际是 {got}",
     # reference.py
     "too few prompts with a clear greedy path": "贪心路径清晰的提示词太少",
     # stream.py
-    "stream_text(tokenizer, {n} ids)": "对 {n} 个 id 调用的 stream_text(tokenizer, ids)",
-    "{what} should return a list of str, got {got}": "{what} 应返回 str 列表，实际是 {got}",
+    "stream_text(tokenizer, {n} ids)": "对 {n} 个 ID 调用的 stream_text(tokenizer, ids)",
+    "{what} should return a list of str, got {got}": "{what} 应当返回 str 列表，实际是 {got}",
     "{what} should return a list of str, got items of type {kinds}":
-        "{what} 应返回 str 列表，实际含有 {kinds} 类型的元素",
+        "{what} 应当返回 str 列表，实际含有 {kinds} 类型的元素",
     "returns one text delta (a str) per token": "每个 token 返回一个文本增量（str）",
     "for {n} tokens ({text!r}...) stream_text returned {got} deltas; there is one per token (\"\" "
     "while a character is pending)":
@@ -111,9 +111,9 @@ MESSAGES: dict[str, str] = {
         "为止的增量拼起来是 {got!r}：流式输出时，用户应在文本一完整时就看到它，而不是等到最后",
     # visible.py
     "{what} should return a tuple (text, stopped), got {got!r}":
-        "{what} 应返回元组 (text, stopped)，实际是 {got!r}",
+        "{what} 应当返回元组 (text, stopped)，实际是 {got!r}",
     "{what} should return (str, bool), got ({text}, {flag})":
-        "{what} 应返回 (str, bool)，实际是 ({text}, {flag})",
+        "{what} 应当返回 (str, bool)，实际是 ({text}, {flag})",
     ": the stop string itself is not part of the output": "：停止字符串本身不属于输出",
     ": a stop string is in the text (maybe not at its very end: one token can carry a stop "
     "string and more), so the text stops there":
@@ -139,7 +139,7 @@ MESSAGES: dict[str, str] = {
         "：它显示了 {shown!r}，而这可能是某个停止字符串的开头；要扣住文本末尾能作为停止字符串开头的"
         "最长一段",
     "visible_text({text!r}, {stop!r}, final={final}) should return {want!r}, got {got!r}{hint}":
-        "visible_text({text!r}, {stop!r}, final={final}) 应返回 {want!r}，实际是 {got!r}{hint}",
+        "visible_text({text!r}, {stop!r}, final={final}) 应当返回 {want!r}，实际是 {got!r}{hint}",
     "no stop string can start in the text: all of it is shown":
         "文本中不可能有停止字符串的开头：全部显示",
     "cuts just before the stop string that starts first": "恰好截断在最先出现的停止字符串之前",
@@ -157,7 +157,7 @@ MESSAGES: dict[str, str] = {
         "显示",
     "{n} streams": "{n} 个流",
     # writer.py
-    "a list of ints (the new token ids)": "int 列表（新生成的 token id）",
+    "a list of ints (the new token ids)": "int 列表（新生成的 token ID）",
     "greedy: token for token what mm.LLM(...).generate writes on bard":
         "贪心解码：在 bard 上与 mm.LLM(...).generate 写出的 token 逐个一致",
     "for {prompt!r} with max_new_tokens={n}, my_writer returned {short} tokens, one short of the "
@@ -188,7 +188,7 @@ MESSAGES: dict[str, str] = {
         "：它在 EOS 之后还在继续生成（eos_id 传到你的 generate 了吗？）",
     "with eos_id={eos}, which the model writes as new token {j}, my_writer should return {want}, "
     "got {got}{hint}":
-        "eos_id={eos}（模型把它写作新 token {j}）时，my_writer 应返回 {want}，实际是 {got}{hint}",
+        "eos_id={eos}（模型把它写作新 token {j}）时，my_writer 应当返回 {want}，实际是 {got}{hint}",
     "runs your generate and your my_qwen3_forward, once per token":
         "运行你的 generate 和你的 my_qwen3_forward，每个 token 一次",
     "my_writer never called generate, the loop you wrote in this notebook: the capstone is your "

@@ -15,9 +15,9 @@ MESSAGES: dict[str, str] = {
     " head_dim counts once: a K vector of one head has D numbers.":
         "head_dim 只应乘一次：一个头的 K 向量有 D 个数。",
     "{what} returned a {type}; return a number of bytes (int)":
-        "{what} 返回了 {type}；应返回字节数（int）",
+        "{what} 返回的是 {type}；应返回字节数（int）",
     "{what} returned {got}, expected 2·L·Hkv·D·dtype_bytes = {want}.{hint}":
-        "{what} 返回了 {got}，期望是 2·L·Hkv·D·dtype_bytes = {want}。{hint}",
+        "{what} 返回了 {got}，应为 2·L·Hkv·D·dtype_bytes = {want}。{hint}",
     "equals 2·L·Hkv·D·dtype_bytes on 12 random configs":
         "在 12 个随机配置上等于 2·L·Hkv·D·dtype_bytes",
     "matches Qwen3Config.kv_bytes_per_token for Qwen3 0.6B-8B":
@@ -38,7 +38,7 @@ MESSAGES: dict[str, str] = {
     "{what}: {name} should be a 1-D torch.Tensor, got {got}":
         "{what}：{name} 应是一维的 torch.Tensor，实际是 {got}",
     "{what}: {name} is {got}, expected {want}{need}.{hint}":
-        "{what}：{name} 为 {got}，期望是 {want}{need}。{hint}",
+        "{what}：{name} 是 {got}，应为 {want}{need}。{hint}",
     "returns int32 tensors of shapes [B+1], [P], [B]":
         "返回形状分别为 [B+1]、[P]、[B] 的 int32 张量",
     "{what}: kv_indptr (a 0, then one end per request)":
@@ -81,11 +81,11 @@ MESSAGES: dict[str, str] = {
     "equals the engine's build_metadata on 36 random batches, page sizes 1, 3, 16":
         "在 36 个随机 batch 上与引擎的 build_metadata 一致，页大小为 1、3、16",
     "{what}: {name} is {got}, the engine builds {want}":
-        "{what}：{name} 为 {got}，引擎构建的是 {want}",
+        "{what}：{name} 是 {got}，而引擎构建的是 {want}",
     "{n} batches": "{n} 个 batch",
     # slot_mapping.py
     "{what} changed its `pages` argument; leave the page tables alone":
-        "{what} 修改了传入的 `pages` 参数；不要改动页表",
+        "{what} 修改了传入的 `pages` 参数；请保持页表原样",
     "{what} (one slot per new token, N = sum(q_lens))":
         "{what}（每个新 token 一个槽位，N = sum(q_lens)）",
     " These are the token positions, not slots: a slot is a place in the pool, found through the "
@@ -103,7 +103,7 @@ MESSAGES: dict[str, str] = {
     "returns Long [N], N = sum(q_lens)": "返回 Long [N]，N = sum(q_lens)",
     "{what} has dtype {dtype}, expected torch.long: slots index the pool's rows":
         "{what} 的 dtype 是 {dtype}，应为 torch.long：槽位是池中各行的索引",
-    "{what} is {got}, expected {want}.{hint}": "{what} 为 {got}，期望是 {want}。{hint}",
+    "{what} is {got}, expected {want}.{hint}": "{what} 是 {got}，应为 {want}。{hint}",
     "prefill: every token goes to its slot through its request's page table":
         "预填充：每个 token 都通过所属请求的页表找到自己的槽位",
     "decode: the one new token is at position seq_len - 1":
@@ -123,9 +123,9 @@ MESSAGES: dict[str, str] = {
     "position K-Q+j.":
         "它与不加掩码的注意力一致：第 j 个新 token 不能看到它自己的位置 K-Q+j 之后的键。",
     " It matches unscaled scores: without the 1/sqrt(D) scale the softmax is far too sharp.":
-        "它与未缩放的得分一致：没有 1/sqrt(D) 的缩放，softmax 会过于尖锐。",
+        "它与未缩放的分数一致：没有 1/sqrt(D) 的缩放，softmax 会过于尖锐。",
     " It matches scores scaled by 1/D; the scale is 1/sqrt(D).":
-        "它与按 1/D 缩放的得分一致；缩放系数应为 1/sqrt(D)。",
+        "它与按 1/D 缩放的分数一致；缩放系数应为 1/sqrt(D)。",
     " It matches K/V heads repeated in the order 0,1,0,1: query head h reads KV head "
     "h // (Hq // Hkv), so neighbouring query heads share a KV head.":
         "它与按 0,1,0,1 顺序重复 K/V 头的结果一致：查询头 h 读取的是 KV 头 h // (Hq // Hkv)，"
@@ -157,9 +157,9 @@ MESSAGES: dict[str, str] = {
     "{what} (the logits that picked each of the {steps} new tokens)":
         "{what}（选出这 {steps} 个新 token 的各步 logits）",
     "{what} returned {dtype} logits; return floats":
-        "{what} 返回的 logits 是 {dtype}；应返回浮点数",
+        "{what} 返回的 logits 是 {dtype}；应返回浮点类型",
     "{what} changed the weights dict; read it, don't modify it":
-        "{what} 改动了 weights 字典；只读取它，不要修改",
+        "{what} 修改了 weights 字典；请只读取，不要修改它",
     "On {model}, prompts [{B}, {T}], {steps} steps: max |yours - full recompute| per step = "
     "[{errs}] (step 0 is the prefill)":
         "模型：{model}，提示词 [{B}, {T}]，{steps} 步：每步的 max |你的 - 从头重算| = [{errs}]"
@@ -207,7 +207,7 @@ MESSAGES: dict[str, str] = {
     "{ratio:.1f}x the work of one pass": "工作量是跑一遍的 {ratio:.1f} 倍",
     "RoPE (chapter 02)": "RoPE（第 02 章）",
     "attention (chapter 03, or cached_attention of this notebook)":
-        "注意力（第 03 章的，或本 notebook 的 cached_attention）",
+        "注意力（第 03 章的，或本 notebook 中的 cached_attention）",
     "RMSNorm (chapter 04)": "RMSNorm（第 04 章）",
     "SwiGLU (chapter 04)": "SwiGLU（第 04 章）",
     "is built from your own RoPE, attention, RMSNorm and SwiGLU":
@@ -216,7 +216,7 @@ MESSAGES: dict[str, str] = {
     "you wrote (load them with learner_module), not from the package's model or ops. Calls "
     "seen: {calls}.":
         "my_cached_decode 从未调用你自己的 {missing}。请用你写的函数（用 learner_module 加载）"
-        "搭建模型的一步，而不是用本包的模型或 ops。观察到的调用：{calls}。",
+        "搭建模型的一步，而不是用本包的模型或 ops。检测到的调用：{calls}。",
     ", ": "、",
     "none": "无",
 }

@@ -2,7 +2,7 @@
 
 MESSAGES: dict[str, str] = {
     # guard.py
-    "the grader's {name}": "{name}（评分器自己的函数）",
+    "the grader's {name}": "评分器的 {name}",
     "{what} hands its work to {found}: the exercise is to write that decision yourself, from the "
     "rules of chapter 08, not to call the engine's (or this grader's) own answer":
         "{what} 把自己的工作交给了 {found}：这道练习要你依照第 08 章的规则亲自写出这个决策，"
@@ -51,7 +51,7 @@ MESSAGES: dict[str, str] = {
     "here {want}":
         "{what} 返回了 {got!r}；应返回一个 int 列表，即每个被准入的请求预填充的 token 数，"
         "这里应为 {want}",
-    "{what} returned {got}, expected {want}.{hint}": "{what} 返回了 {got}，期望是 {want}。{hint}",
+    "{what} returned {got}, expected {want}.{hint}": "{what} 返回了 {got}，应为 {want}。{hint}",
     "returns a list of ints; [] when the queue is empty or nothing fits":
         "返回一个 int 列表；队列为空或一个请求都放不下时返回 []",
     "needs ceil(n / page_size) pages per prompt, and takes them from the free pages one request "
@@ -59,7 +59,7 @@ MESSAGES: dict[str, str] = {
         "每个提示词需要 ceil(n / page_size) 页，按请求的先后依次从空闲页中取用",
     "first come, first served: stops at the first request whose pages do not fit, even if a "
     "later one would":
-        "先来先服务：在第一个页放不下的请求处停下，即使后面的请求放得下",
+        "先来先服务：在第一个页放不下的请求处停下，即使后面的请求放得下也不再准入",
     "token budget: whole prompts while they fit, then one chunk of the prompt that crosses it, "
     "and nothing after that":
         "token 预算：放得下时准入整个提示词，然后为超出预算的那个提示词准入一个分块，此后不再准入",
@@ -94,7 +94,7 @@ MESSAGES: dict[str, str] = {
     "{what} returned {got}: every request must be in exactly one of the two lists (nothing is "
     "dropped); expected {want}.":
         "{what} 返回了 {got}：每个请求都必须恰好出现在两个列表之一中（不能丢掉任何请求）；"
-        "期望是 {want}。",
+        "应为 {want}。",
     "returns (decoding, preempted), two lists that hold every request once":
         "返回 (decoding, preempted) 两个列表，每个请求恰好出现一次",
     "a request needs a new page only when its new token starts one; with enough pages nobody is "
@@ -129,7 +129,7 @@ MESSAGES: dict[str, str] = {
     "{what} returned {got!r}; return a tuple of two floats (ttft, tpot) in seconds":
         "{what} 返回了 {got!r}；应返回由两个 float 组成的元组 (ttft, tpot)，单位为秒",
     "{what}: {name} = {got:.6g}, expected {want:.6g}.{hint}":
-        "{what}：{name} = {got:.6g}，期望是 {want:.6g}。{hint}",
+        "{what}：{name} = {got:.6g}，应为 {want:.6g}。{hint}",
     "TTFT = first token time - arrival, on 20 random requests":
         "在 20 个随机请求上：TTFT = 第一个 token 的时间 - 到达时间",
     "ttft_tpot returned {got!r}; return a tuple (ttft, tpot)":
@@ -137,7 +137,7 @@ MESSAGES: dict[str, str] = {
     "ttft_tpot(arrival={arrival:.4f}, {n} tokens, first at {first:.4f}): ttft = {got!r}, "
     "expected {want:.6g}.{hint}":
         "对 arrival={arrival:.4f}、共 {n} 个 token、第一个出现在 {first:.4f} 的请求，ttft_tpot "
-        "给出 ttft = {got!r}，期望是 {want:.6g}。{hint}",
+        "给出 ttft = {got!r}，应为 {want:.6g}。{hint}",
     "TPOT = mean gap between consecutive tokens after the first, on uneven gaps and stalls":
         "间隔不均、中途有停顿时：TPOT = 第一个 token 之后相邻 token 间隔的平均值",
     "one token: TPOT is 0.0 (there is no gap)": "只有一个 token 时：TPOT 为 0.0（没有间隔）",
@@ -210,7 +210,7 @@ MESSAGES: dict[str, str] = {
     "tight pool": "紧张的缓存池",
     "roomy pool": "宽裕的缓存池",
     # capstone.py
-    "{piece} (this notebook)": "{piece}（本 notebook 中的）",
+    "{piece} (this notebook)": "{piece}（本 notebook）",
     "nothing": "无",
     " The first token is already wrong: it comes from the logits of the row of the prompt's last "
     "token, once the whole prompt is in the cache.":
@@ -248,7 +248,7 @@ MESSAGES: dict[str, str] = {
         "有等待中的请求放得下，所以这是一个预填充步：预填充优先。",
     " No waiting request fits the free pages, so this is a decode step for every running "
     "request.":
-        "没有等待中的请求放得进空闲页，所以这一步是解码步，每个运行中的请求各解码一个 token。",
+        "没有等待中的请求放得进空闲页，所以这是一个解码步，所有运行中的请求都参与。",
     "{case}, step {step}: your step ran {mine}; the engine's scheduler runs a {kind} of "
     "{want}.{why}":
         "{case}，第 {step} 步：你的单步运行的请求：{mine}；"

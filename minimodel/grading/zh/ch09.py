@@ -8,7 +8,7 @@ MESSAGES: dict[str, str] = {
         "{what}：{name} 应当是 torch.Tensor，实际是 {got}",
     "{what} changed one of its inputs; compute into new tensors (a kernel reads q, k, v and the "
     "states, and writes only its outputs)":
-        "{what} 修改了它的某个输入；请把结果算进新的张量（算子只读取 q、k、v 和状态，只写出自己的"
+        "{what} 修改了它的某个输入；请把结果写入新的张量（算子只读取 q、k、v 和状态，只写出自己的"
         "输出）",
     # ch09.online_softmax
     "{what} should return a torch.Tensor, got {got}":
@@ -40,12 +40,12 @@ MESSAGES: dict[str, str] = {
     # ch09.flash_attention
     " It holds inf or nan: an exp overflowed (scores minus a max that is not the largest so far), "
     "or a row was divided by a sum of zero.":
-        "结果中有 inf 或 nan：某个 exp 溢出了（得分减去的并不是迄今为止的最大值），或者某一行除以"
+        "结果中有 inf 或 nan：某个 exp 溢出了（分数减去的并不是迄今为止的最大值），或者某一行除以"
         "了为零的和。",
     " The output is right; the lse is in base 2 (log2 of the sum of 2^x, as GPU kernels keep it "
     "internally). Return the natural log: the lse of torch.logsumexp over the scaled scores.":
         "输出正确，lse 却以 2 为底（2^x 之和的 log2，GPU 算子内部就是这样保存的）。请返回自然对"
-        "数：对缩放后的得分做 torch.logsumexp 得到的 lse。",
+        "数：对缩放后的分数做 torch.logsumexp 得到的 lse。",
     " The output is right, the lse is not: it is log(sum(exp(scaled score))) over the keys each "
     "query sees, in natural log, max included.":
         "输出正确，lse 不对：它是每个查询能看到的键上的 log(sum(exp(scaled score)))，取自然对数，"
@@ -58,9 +58,9 @@ MESSAGES: dict[str, str] = {
     "position.":
         "它与不加因果掩码的注意力一致：查询不能看到它自身位置之后的键。",
     " It matches unscaled scores: the scores are q·k / sqrt(D).":
-        "它与未缩放的得分一致：得分应为 q·k / sqrt(D)。",
+        "它与未缩放的分数一致：分数应为 q·k / sqrt(D)。",
     " It matches scores scaled by 1/D; the scale is 1/sqrt(D).":
-        "它与按 1/D 缩放的得分一致；缩放系数应为 1/sqrt(D)。",
+        "它与按 1/D 缩放的分数一致；缩放系数应为 1/sqrt(D)。",
     " It matches query head h reading KV head h % Hkv; the G = Hq / Hkv heads of a group are "
     "neighbours, so head h reads KV head h // G.":
         "它与查询头 h 读取 KV 头 h % Hkv 的结果一致；同一组的 G = Hq / Hkv 个头是相邻的，所以头 h "
@@ -93,33 +93,33 @@ MESSAGES: dict[str, str] = {
     "GQA and MQA: the G query heads of a group share one K/V tile (head h reads KV head h // G)":
         "GQA 和 MQA：同一组的 G 个查询头共享一个 K/V 分块（头 h 读取 KV 头 h // G）",
     "lse is the natural-log log-sum-exp of the scaled scores":
-        "lse 是缩放后得分的 log-sum-exp，取自然对数",
+        "lse 是缩放后分数的 log-sum-exp，取自然对数",
     "rescales across key tiles: keys whose scores rise from tile to tile, and scores in the "
     "hundreds (where exp overflows)":
-        "跨键分块重新缩放：得分逐块上升的键，以及达到几百的得分（此时 exp 会溢出）",
+        "跨键分块重新缩放：分数逐块上升的键，以及达到几百的分数（此时 exp 会溢出）",
     "rising": "逐块上升",
     "huge": "高达几百",
     "flash_attention(q [{T}, {Hq}, {D}], k and v [{S}, {Hkv}, {D}] with {kind} scores, "
     "causal={causal}, block_q=2, block_k={bk})":
-        "flash_attention(q [{T}, {Hq}, {D}], k 和 v 均为 [{S}, {Hkv}, {D}] 且得分{kind}, "
+        "flash_attention(q [{T}, {Hq}, {D}], k 和 v 均为 [{S}, {Hkv}, {D}] 且分数{kind}, "
         "causal={causal}, block_q=2, block_k={bk})",
     "{what}: lse": "{what} 的 lse",
     "{what}: off by up to {worst:.3g} from scaled_dot_product_attention (float64).{hint}":
         "{what}：与 scaled_dot_product_attention（float64）相差最多 {worst:.3g}。{hint}",
     "works tile by tile: no matrix product as large as a head's [T, S] scores (causal prefill, T "
     "= S = 64, tiles 4 x 8)":
-        "逐个分块计算：任何矩阵乘的结果都不能与一个头完整的 [T, S] 得分一样大（因果预填充，T = S "
+        "逐个分块计算：任何矩阵乘的结果都不能与一个头完整的 [T, S] 分数一样大（因果预填充，T = S "
         "= 64，分块 4 x 8）",
     "{what} ran a matrix product with {largest} outputs; one head's whole score matrix has {whole}"
     ", a tile {tile} per query head. A FlashAttention kernel only ever holds a tile of scores: "
     "loop over query tiles and, inside, over key tiles, folding each score tile into the running "
     "max, sum and output.":
-        "{what} 执行了一次输出有 {largest} 个元素的矩阵乘；一个头完整的得分矩阵有 {whole} 个元素，"
-        "每个查询头的一个分块只有 {tile} 个。FlashAttention 算子任何时候都只持有一个分块的得分：外"
-        "层循环遍历查询分块，内层循环遍历键分块，把每个得分分块折叠进运行最大值、运行和与运行输"
+        "{what} 执行了一次输出有 {largest} 个元素的矩阵乘；一个头完整的分数矩阵有 {whole} 个元素，"
+        "每个查询头的一个分块只有 {tile} 个。FlashAttention 算子任何时候都只持有一个分块的分数：外"
+        "层循环遍历查询分块，内层循环遍历键分块，把每个分数分块折叠进运行最大值、运行和与运行输"
         "出。",
     "score and output products: {share:.0%} of the full matrix's FLOPs":
-        "得分与输出的矩阵乘：完整矩阵 FLOPs 的 {share:.0%}",
+        "分数与输出的矩阵乘：完整矩阵 FLOPs 的 {share:.0%}",
     # ch09.merge_states
     " It holds inf or nan: exp(lse) overflows float32 above about 88.7 (and underflows to 0 below "
     "about -103, so 0/0). Only differences of lse values should meet an exp, taken against the "
@@ -248,8 +248,8 @@ MESSAGES: dict[str, str] = {
         "token，最长的一段在预算允许的范围内尽可能短（段可以在页中间切开）",
     "; ": "；",
     "merges the chunks' states with your merge_states": "用你的 merge_states 合并各段的状态",
-    "Calls seen: {calls}.": "观察到的调用：{calls}。",
-    "Calls seen: none.": "观察到的调用：无。",
+    "Calls seen: {calls}.": "检测到的调用：{calls}。",
+    "Calls seen: none.": "检测到的调用：无。",
     "kv_lens {kv_lens}, num_work_items={budget}: a balanced cut has at least {chunks} chunks for "
     "{requests} requests, so at least {need} merges, and your merge_states was called {merges} "
     "times. Compute each chunk's state on its own and combine them with the merge_states you wrote "
@@ -276,9 +276,9 @@ MESSAGES: dict[str, str] = {
         "它把访存时间和计算时间相加了；在屋顶线上，一步的耗时是两者中较大的那个（读取和计算是重叠"
         "进行的）。",
     " It is the memory time alone; where FLOPs / peak is larger, the compute roof is the bound.":
-        "它只算了访存时间；在 FLOPs / peak 更大的地方，起决定作用的是计算屋顶。",
+        "它只算了访存时间；当 FLOPs / peak 更大时，起决定作用的是计算屋顶。",
     " It leaves out attention's FLOPs, 4·Hq·D per cached token per layer per request.":
-        "它漏掉了注意力的 FLOPs：每个请求、每层、每个已缓存 token 4·Hq·D。",
+        "它漏掉了注意力的 FLOPs：每个请求、每一层、每个已缓存 token 各 4·Hq·D。",
     " It counts 1 FLOP per weight and request: a multiply and an add are 2.":
         "它按每个权重、每个请求 1 FLOP 计算：一次乘法加一次加法是 2 FLOPs。",
     " It leaves out the LM head, [V, C], the largest single matrix of a small model.":
@@ -304,12 +304,12 @@ MESSAGES: dict[str, str] = {
     " It takes a byte per int4 weight; two of them share a byte.":
         "它给每个 int4 权重算了一个字节；两个 int4 权重共用一个字节。",
     "{what} returned a {got}; return a number of seconds (float)":
-        "{what} 返回了 {got}；请返回以秒为单位的数（float）",
+        "{what} 返回了 {got}；应返回以秒为单位的数（float）",
     "memory-bound": "访存密集",
     "compute-bound": "计算密集",
     "{what} returned {got:.6g} s, expected {want:.6g} s ({bound}: {nbytes:.6g} bytes, {flops:.6g} "
     "FLOPs).{hint}":
-        "{what} 返回了 {got:.6g} s，期望值为 {want:.6g} s（{bound}：{nbytes:.6g} 字节，{flops:.6g}"
+        "{what} 返回了 {got:.6g} s，应为 {want:.6g} s（{bound}：{nbytes:.6g} 字节，{flops:.6g}"
         " FLOPs）。{hint}",
     "12 random configs": "12 个随机配置",
     "float32 and bfloat16 decode steps of random configs: the weights once, each request's K/V, "
@@ -320,10 +320,10 @@ MESSAGES: dict[str, str] = {
     "cache in bfloat16":
         "int8 和 int4 权重：整数本身加上缩放因子（int4 还有零点），K/V 缓存为 bfloat16",
     "a batch shares the weights' read: 1 to 256 requests, short and long contexts, in every format":
-        "一个 batch 共享权重的读取：1 到 256 个请求，短上下文和长上下文，每种格式",
+        "一个 batch 共享权重的读取：1 到 256 个请求，短上下文和长上下文，覆盖每种格式",
     "where FLOPs / peak is the larger, the compute roof is the bound (the larger time, not the "
     "sum)":
-        "在 FLOPs / peak 更大的地方，起决定作用的是计算屋顶（取较大的时间，而不是两者之和）",
+        "当 FLOPs / peak 更大时，起决定作用的是计算屋顶（取较大的时间，而不是两者之和）",
     "a compute-bound step ({weights}, batch 256) should take twice as long on half the peak "
     "FLOP/s; got {slow:.6g} s and {fast:.6g} s":
         "计算密集的一步（{weights}，batch 256）在峰值 FLOP/s 减半时耗时应当翻倍；实际是 {slow:.6g}"

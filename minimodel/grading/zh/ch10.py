@@ -2,18 +2,18 @@
 
 MESSAGES: dict[str, str] = {
     # common.py
-    "bias yes": "带偏置",
+    "bias yes": "带 bias",
     "bias None": "bias 为 None",
     # column.py: ch10.column_parallel_linear
     "rank r returns its [N, O/W] slice of x @ W.T + b, ranks in order":
         "rank r 返回 x @ W.T + b 中属于它的 [N, O/W] 那一片，各 rank 按顺序排列",
     "rank {rank} of {world} (weight {shape}, {bias})":
         "rank {rank}（共 {world} 个 rank；weight {shape}，{bias}）",
-    "the W slices, side by side, are the full product": "W 片输出并排拼起来，就是完整的乘积",
+    "the W slices, side by side, are the full product": "W 个分片并排拼起来，就是完整的乘积",
     "cat(ranks' outputs, dim=-1)": "cat(各 rank 的输出, dim=-1)",
-    "leaves x, weight and bias unchanged": "不改动 x、weight 和 bias",
+    "leaves x, weight and bias unchanged": "不修改 x、weight 和 bias",
     "column_parallel_linear changed one of its inputs in place":
-        "column_parallel_linear 原地改动了它的某个输入",
+        "column_parallel_linear 原地修改了它的某个输入",
     # row.py: ch10.row_parallel_linear
     "the ranks' partial sums add up to x @ W.T + b (the all-reduce)":
         "各 rank 的部分和加起来等于 x @ W.T + b（即 all-reduce）",
@@ -39,9 +39,9 @@ MESSAGES: dict[str, str] = {
     "divide V":
         "对各 rank 求和（即 all-reduce）之后就是查表结果 table[ids]，W 不能整除 V 时也一样",
     "sum over {world} ranks (V={V})": "{world} 个 rank 之和（V={V}）",
-    "leaves ids and the shard unchanged": "不改动 ids 和分片",
+    "leaves ids and the shard unchanged": "不修改 ids 和分片",
     "vocab_parallel_embedding changed ids or the shard in place":
-        "vocab_parallel_embedding 原地改动了 ids 或分片",
+        "vocab_parallel_embedding 原地修改了 ids 或分片",
     # qkv.py: ch10.shard_qkv
     "q head {h}": "属于 q 头 {h} 的一行",
     "k head {h}": "属于 k 头 {h} 的一行",
@@ -55,7 +55,7 @@ MESSAGES: dict[str, str] = {
     "rank {rank} of {world} (Hq={Hq}, Hkv={Hkv}, D={D}): its row {j} should be {want}, got "
     "{held}":
         "rank {rank}（共 {world} 个 rank；Hq={Hq}，Hkv={Hkv}，D={D}）：它的第 {j} 行应是{want}，"
-        "实际得到的是{held}",
+        "实际是{held}",
     "its q/k/v blocks, as the layer splits them, give the rank's heads of the full projection":
         "按层的切分方式拆开它的 q/k/v 块，得到的正是完整投影中属于该 rank 的那些头",
     "rank {rank}'s queries": "rank {rank} 的查询",
@@ -71,7 +71,7 @@ MESSAGES: dict[str, str] = {
     "{what}: {name} should be a torch.Tensor, got {got}":
         "{what}：{name} 应当是 torch.Tensor，实际是 {got}",
     "{what} changed the weights dict; read it, don't modify it":
-        "{what} 改动了 weights 字典；只读取它，不要修改",
+        "{what} 修改了 weights 字典；请只读取，不要修改它",
     "On {name}, rank {rank} of {world}: max |out - the reference layer| = {err:.3g} (tolerance "
     "{tol}).":
         "在 {name}上，rank {rank}（共 {world} 个 rank）：max |out - 参考层| = {err:.3g}"
@@ -108,7 +108,7 @@ MESSAGES: dict[str, str] = {
     "{head} The two ranks are new processes: each loads your functions from the saved "
     "notebook. Save the notebook (Ctrl-S) and run this check again.":
         "{head}两个 rank 是新的进程：每个都从保存的 notebook 中加载你的函数。请保存 notebook"
-        "（Ctrl-S），然后再运行一次这项检查。",
+        "（Ctrl-S），再运行这项检查。",
     "Rank process {name} exited with code {code} before it reported.":
         "rank 进程 {name} 还没报告结果就退出了，退出码为 {code}。",
     "Rank(s) {waiting} were still running {after:.0f} s after rank {done} had finished: most "
@@ -127,8 +127,8 @@ MESSAGES: dict[str, str] = {
         "并保存每个 KV 头的 K 和 V",
     "two gloo processes (bard layer 0; a layer whose one KV head both ranks hold): every rank "
     "returns the reference layer's output within 1e-4":
-        "两个 gloo 进程（bard 的第 0 层；一个两个 rank 都持有其唯一 KV 头的层）：每个 rank 返回"
-        "的输出与参考层相差在 1e-4 以内",
+        "两个 gloo 进程（bard 的第 0 层；一个只有 1 个 KV 头、两个 rank 都持有它的层）：每个 rank "
+        "返回的输出与参考层相差在 1e-4 以内",
     "{problem} With one rank it was right, so look at what the ranks must add up and what each "
     "must hold: which rows of each weight a rank uses, and where the partial sums are "
     "all-reduced.":
@@ -141,7 +141,7 @@ MESSAGES: dict[str, str] = {
     "two all-reduces per layer, of [T, C] each: the first sums o_proj's partials, the second "
     "down_proj's (recorded on the wire)":
         "每层两次 all-reduce，每次都是 [T, C]：第一次对 o_proj 的部分和求和，第二次对 "
-        "down_proj 的（在链路上记录）",
+        "down_proj 的（在通信层面记录）",
     "On {name}, rank {rank} of {world}": "在 {name}上，rank {rank}（共 {world} 个 rank）",
     " With none, no rank ever sees the others' partial sums.":
         "一次都没有的话，任何 rank 都看不到其他 rank 的部分和。",
@@ -174,8 +174,8 @@ MESSAGES: dict[str, str] = {
         "在 {name}上，rank {rank}（共 {world} 个 rank）完成了该层矩阵乘法 FLOPs 的 {did:.2f}，"
         "而它的份额是 {share:.2f}。用完整权重做乘法的 rank 能得到正确的数字，但这样各 rank 什么"
         "也没省下：每个 rank 只应计算它自己的头，以及中间维度中属于它的那些列。",
-    "Calls seen on rank {rank}: {calls}.": "在 rank {rank} 上看到的调用：{calls}。",
-    "Calls seen on rank {rank}: none.": "在 rank {rank} 上没有看到任何调用。",
+    "Calls seen on rank {rank}: {calls}.": "在 rank {rank} 上检测到的调用：{calls}。",
+    "Calls seen on rank {rank}: none.": "在 rank {rank} 上没有检测到任何调用。",
     "tp_decoder_layer never called your {missing}. Build the layer from the functions of "
     "exercises 1, 2 and 4 of this notebook. {seen}":
         "tp_decoder_layer 从未调用你的 {missing}。请用本 notebook 练习 1、2 和 4 中的函数来搭建"

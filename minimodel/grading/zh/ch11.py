@@ -75,7 +75,7 @@ MESSAGES: dict[str, str] = {
     "it has keys {keys} the non-streamed answer does not have":
         "它有非流式答案中没有的键 {keys}",
     "merge_stream changed the events of {what}; leave them as they are":
-        "merge_stream 改动了{what}中的事件；不要改动它们",
+        "merge_stream 修改了{what}中的事件；请保持它们原样",
     "merge_stream of {what}: {diff}": "对{what}做 merge_stream：{diff}",
     "completions, one choice: its texts joined, the finish_reason of its last chunk, id, "
     "created, model and object text_completion":

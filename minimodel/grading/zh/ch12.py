@@ -37,8 +37,8 @@ MESSAGES: dict[str, str] = {
         "{what}：某个请求的页表是 {got}，换成引擎的树则是 {want}。{hint}",
     "{what}: a running request's node moved: it ended the path of its pages {was}, and now "
     "ends {now}.{hint}":
-        "{what}：一个运行中请求的节点变了：它原本终止于自己的页 {was} 这条路径的末端，现在"
-        "却终止于 {now}。{hint}",
+        "{what}：一个运行中请求的节点变了：它原本位于自己的页 {was} 这条路径的末端，现在"
+        "却位于 {now} 的末端。{hint}",
     "{what}: the tree has the engine's nodes, but cache.num_pages says {got}, the engine's "
     "tree {want}.{hint}":
         "{what}：树的节点与引擎的一致，但 cache.num_pages 是 {got}，引擎的树是 {want}。{hint}",

@@ -19,8 +19,8 @@ MESSAGES: dict[str, str] = {
         "{total} 个 token 放不进这个缓存：如果一步从不归还被拒绝 token 所占的页，页就会被用光。",
     # accept.py
     "{what} changed its arguments; read them, do not modify them":
-        "{what} 修改了它的参数；只读取它们，不要修改",
-    "{what} returned {got}, expected {want}. {hint}": "{what} 返回了 {got}，期望是 {want}。{hint}",
+        "{what} 修改了它的参数；请只读取，不要修改它们",
+    "{what} returned {got}, expected {want}. {hint}": "{what} 返回了 {got}，应为 {want}。{hint}",
     "keeps the drafts up to the first that differs from the target's argmax, then adds the "
     "target's own token there":
         "保留草稿，直到第一个与目标模型的 argmax 不同的草稿为止，然后在那里加上目标模型自己的 "
@@ -95,7 +95,7 @@ MESSAGES: dict[str, str] = {
     "max(0, p - q) normalised to sum to 1: together the two give exactly p.":
         "以概率 min(1, p(d) / q(d)) 接受草稿 d；被拒绝时，从归一化到总和为 1 的 max(0, p - q) "
         "中抽取：两者合起来恰好给出 p。",
-    "{note} (and {more} more cases)": "{note}，另有 {more} 个用例",
+    "{note} (and {more} more cases)": "{note}（另有 {more} 个用例）",
     "after accepted drafts, the next token follows the target's row at its position, the bonus "
     "token included (chi-square, false-alarm rate 0.0001)":
         "在被接受的草稿之后，下一个 token 服从目标模型在该位置上的那一行，奖励 token 也一样"
