@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from minimodel.grading.i18n import Text, language, tr, tr_title
+from minimodel.grading.i18n import LANGUAGES, Text, in_language, language, tr, tr_title
 
 CheckFn = Callable[[Callable], "str | None"]
 
@@ -108,10 +108,10 @@ class CheckResult:
     def text(self, lang: str | None = None) -> str:
         """The result as plain text, in `lang` (default: the current language)."""
         lang = lang or language()
-        lines = [self.summary(lang)] + [f"  ! {_in(n, lang)}" for n in self.notes]
+        lines = [self.summary(lang)] + [f"  ! {in_language(n, lang)}" for n in self.notes]
         for o in self.outcomes:
-            lines.append(f"  {o.mark} {_in(o.title, lang)}"
-                         + (f" — {_in(o.message, lang)}" if o.message else ""))
+            lines.append(f"  {o.mark} {in_language(o.title, lang)}"
+                         + (f" — {in_language(o.message, lang)}" if o.message else ""))
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -124,12 +124,12 @@ class CheckResult:
         lang = lang or language()
         color = "#1a7f37" if self.passed else ("#9a6700" if not self.implemented else "#cf222e")
         rows = "".join(
-            f"<li><b>{o.mark}</b> {html.escape(_in(o.title, lang))}"
-            + (f" — <span>{html.escape(_in(o.message, lang))}</span>" if o.message else "")
+            f"<li><b>{o.mark}</b> {html.escape(in_language(o.title, lang))}"
+            + (f" — <span>{html.escape(in_language(o.message, lang))}</span>" if o.message else "")
             + "</li>"
             for o in self.outcomes
         )
-        notes = "".join(f"<div style='color:#9a6700'>! {html.escape(_in(n, lang))}</div>"
+        notes = "".join(f"<div style='color:#9a6700'>! {html.escape(in_language(n, lang))}</div>"
                         for n in self.notes)
         return (
             f"<div><b style='color:{color}'>{html.escape(self.summary(lang))}</b>{notes}"
@@ -142,10 +142,9 @@ class CheckResult:
     def _repr_mimebundle_(self, include=None, exclude=None):
         """Text and HTML in the current language; the output's metadata keeps both languages'
         renderings, from which the Chinese edition's notebooks take theirs."""
-        data = {"text/plain": self.text(), "text/html": self.html()}
         both = {lang: {"text/plain": self.text(lang), "text/html": self.html(lang)}
-                for lang in ("en", "zh")}
-        return data, {"minimodel": {"check": both}}
+                for lang in LANGUAGES}
+        return both[language()], {"minimodel": {"check": both}}
 
     def to_dict(self) -> dict:
         done, total = self.score
@@ -201,8 +200,7 @@ def check(name: str, fn: Callable) -> CheckResult:
             where = (tr(" (line {line} of {function})", line=frame.lineno, function=frame.name)
                      if frame else "")
             hint = learner.explain(e)
-            said = e.args[0] if len(e.args) == 1 and isinstance(e.args[0], Text) else str(e)
-            message = tr("raised {error}: {text}{where}", error=type(e).__name__, text=said,
+            message = tr("raised {error}: {text}{where}", error=type(e).__name__, text=_said(e),
                          where=where)
             if hint:
                 message = tr("{message}. {hint}", message=message, hint=hint)
@@ -213,16 +211,18 @@ def check(name: str, fn: Callable) -> CheckResult:
     return result
 
 
-def _in(s: str, lang: str) -> str:
-    return s.in_language(lang) if isinstance(s, Text) else s
+def _said(e: BaseException) -> str:
+    """An exception's message: the Text itself when it was raised with `tr(...)` (both
+    languages), else its str."""
+    return e.args[0] if len(e.args) == 1 and isinstance(e.args[0], Text) else str(e)
 
 
 def _message(e: CheckFailed) -> str:
     """A CheckFailed's message, keeping both languages when it was made by `tr`."""
-    if len(e.args) == 1 and isinstance(e.args[0], Text):
-        return e.args[0]
-    text = str(e)
-    return Text(text, text, missing=True) if text else ""  # not written with tr: no Chinese
+    text = _said(e)
+    if isinstance(text, Text) or not text:
+        return text
+    return Text(text, text, missing=True)  # not written with tr: no Chinese
 
 
 # --- helpers for writing checks ------------------------------------------------------------

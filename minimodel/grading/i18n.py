@@ -58,8 +58,8 @@ class Text(str):
     zh: str
     missing: bool
 
-    def __new__(cls, en: str, zh: str, missing: bool = False, lang: str | None = None) -> Text:
-        obj = super().__new__(cls, zh if (lang or language()) == "zh" else en)
+    def __new__(cls, en: str, zh: str, missing: bool = False) -> Text:
+        obj = super().__new__(cls, zh if language() == "zh" else en)
         obj.en, obj.zh, obj.missing = en, zh, missing
         return obj
 
