@@ -215,6 +215,34 @@ class History(Protocol):
 TopLogprobs = list[tuple[int, float]]  # (token id, log-probability), most likely first
 
 
+ARGMAX_CHUNK = 1024  # columns per chunk of argmax's two-pass search
+ARGMAX_TWO_PASS_FROM = 32 * 1024  # narrower rows: torch's argmax is as fast (measured)
+
+
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """torch.argmax(logits, dim=-1) of a 2-D tensor [B, V], the same indices (the first of
+    equal maxima; a NaN counts as the largest, as in torch), found faster on a CPU.
+
+    torch's CPU argmax walks a row one element at a time (about 0.15 ms over 151,936 logits,
+    each step pays it per sampled row), while its max (amax) is vectorised. So: the max of each
+    chunk of ARGMAX_CHUNK columns (the last chunk ends at the row's end and may overlap the one
+    before it), the first chunk that holds the row's max, then torch's argmax inside that
+    chunk only. The first chunk holding a maximum holds the first maximum: chunks before it
+    cover only earlier columns."""
+    if logits.dim() != 2 or logits.device.type != "cpu" or \
+            logits.shape[-1] < ARGMAX_TWO_PASS_FROM:
+        return logits.argmax(dim=-1)
+    B, V = logits.shape
+    L, n = ARGMAX_CHUNK, V // ARGMAX_CHUNK
+    chunk_max = logits.unfold(-1, L, L).amax(dim=-1)  # [B, n]
+    if V % L:
+        chunk_max = torch.cat([chunk_max, logits[:, V - L:].amax(dim=-1, keepdim=True)], dim=-1)
+    chunk = chunk_max.argmax(dim=-1)  # [B]
+    start = torch.where(chunk < n, chunk * L, V - L)  # [B]
+    cols = start[:, None] + torch.arange(L, device=logits.device)  # [B, L]
+    return start + logits.gather(-1, cols).argmax(dim=-1)
+
+
 def top_k_filter(logits: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """-inf where a logit is below its row's k-th largest (ties kept); k <= 0 keeps the row.
 
@@ -344,7 +372,7 @@ class Sampler:
         rows = rows if rows is not None else self._rows
         raw = logits.float()
         logits = self._mask_and_penalise(raw, params, rows)
-        tokens = logits.argmax(dim=-1)
+        tokens = argmax(logits)
         sampled = [i for i, sp in enumerate(params) if not sp.greedy]
         if sampled:
             idx = torch.tensor(sampled, device=logits.device)
@@ -354,7 +382,7 @@ class Sampler:
             noise = torch.empty_like(probs)
             for j, i in enumerate(sampled):
                 noise[j].exponential_(generator=generators[i] or self._shared)
-            tokens[idx] = (probs / noise).argmax(dim=-1)
+            tokens[idx] = argmax(probs / noise)
         raw_logprobs = torch.log_softmax(raw, dim=-1)
         chosen = raw_logprobs.gather(-1, tokens[:, None])[:, 0]
         self.last_top_logprobs = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minimodel.sampling import Sampler, SamplingParams
+from minimodel.sampling import ARGMAX_CHUNK, Sampler, SamplingParams, argmax
 
 
 def draws(logits: torch.Tensor, params: SamplingParams, n: int, seed: int = 0) -> torch.Tensor:
@@ -120,3 +120,28 @@ def test_top_p_one_keeps_the_whole_vocabulary_even_in_a_mixed_batch():
     out = top_p_filter(logits, torch.tensor([1.0, 0.5]))
     assert torch.isfinite(out[0]).all()
     assert not torch.isfinite(out[1]).all()
+
+
+@pytest.mark.parametrize("width", [151_936, 40 * ARGMAX_CHUNK, 40 * ARGMAX_CHUNK + 1, 1000, 5])
+def test_argmax_is_torchs_first_maximum(width):
+    """The two-pass argmax returns torch.argmax's index in every case that could trip it: a
+    maximum in the last, overlapping chunk; ties across and inside chunks (the first wins);
+    NaN (torch takes the first NaN); rows of -inf; a batch; a strided view; no rows."""
+    gen = torch.Generator().manual_seed(width)
+    x = torch.randn(12, width, generator=gen)
+    last = width - 1
+    x[1, last] = 50.0  # in the tail chunk
+    x[2, max(0, width - ARGMAX_CHUNK - 1)] = 50.0  # just before the tail chunk's start
+    x[3, [min(7, last), last]] = 60.0  # a tie: the first wins
+    x[4, [last, min(ARGMAX_CHUNK + 3, last)]] = 70.0  # a tie in two chunks
+    x[5, min(100, last)] = float("nan")
+    x[5, last] = float("nan")
+    x[6] = float("-inf")
+    x[7] = 0.0  # every column a maximum
+    x[8, min(3, last)] = float("inf")
+    x[9, last] = float("inf")
+    x[9, min(ARGMAX_CHUNK * 2, last)] = float("nan")
+    for rows in (x, x[:, :], x[::2], x.t().contiguous().t(), x[:0]):
+        assert torch.equal(argmax(rows), rows.argmax(dim=-1))
+    many = torch.randn(64, width, generator=gen)
+    assert torch.equal(argmax(many), many.argmax(dim=-1))

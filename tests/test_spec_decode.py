@@ -60,6 +60,18 @@ def test_greedy_is_the_run_without_speculation(baseline, drafter, k):
     free_pages_back(llm)
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_the_target_as_its_own_draft_one_request_at_a_time(baseline, k):
+    """Alone in the engine, a request's draft catches up on two tokens after every fully
+    accepted step (the last draft and the bonus token): with the target as its own draft, it
+    must still propose the target's next token every time."""
+    llm = mm.LLM("tiny", speculative_model="tiny", num_speculative_tokens=k, **ENGINE)
+    outs = [llm.generate([p], GREEDY)[0] for p in PROMPTS]
+    same_as(outs, baseline)
+    assert llm.spec_decode_stats()["acceptance_rate"] == 1.0
+    free_pages_back(llm)
+
+
 class Oracle:
     """A test drafter that knows the greedy output: right proposes it, wrong proposes
     another token at every position."""

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from minimodel.engine.attention import TorchBackend, build_metadata, decode_metadata
+from minimodel.engine.attention import TorchBackend, build_metadata
 from minimodel.engine.kv_cache import KVCache
+from minimodel.engine.lean_decode import LeanDecoder
 from minimodel.engine.runner import ModelRunner
 from minimodel.engine.scheduler import ScheduledBatch, Scheduler
 from minimodel.engine.sequence import Sequence
@@ -38,7 +39,7 @@ from minimodel.engine.speculative import (
     ngram_propose,
     rejection_sample,
 )
-from minimodel.sampling import SamplingParams, _top_logprobs, truncate
+from minimodel.sampling import SamplingParams, _top_logprobs, argmax, truncate
 
 if TYPE_CHECKING:
     from minimodel.engine.config import EngineConfig
@@ -54,7 +55,7 @@ def target_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Te
     greedy = [i for i, sp in enumerate(params) if sp.greedy]
     if greedy:
         idx = torch.tensor(greedy, device=logits.device)
-        out[idx] = torch.nn.functional.one_hot(logits[idx].argmax(-1),
+        out[idx] = torch.nn.functional.one_hot(argmax(logits[idx]),
                                                logits.shape[-1]).double()
     sampled = [i for i, sp in enumerate(params) if not sp.greedy]
     if sampled:
@@ -115,6 +116,9 @@ class ModelDrafter:
             rows = self.vocab.head_rows.to(config.device)
             self.head = self.model.lm_head.weight[rows].contiguous()
             self.head_ids = self.vocab.ids.to(config.device)[rows]
+        # A decode forward (one token per request) runs the lean step (engine/lean_decode.py):
+        # a draft model this small is bound by its count of tensor ops, run k times a step.
+        self.lean = LeanDecoder(self.model, self.kv_cache)
 
     @torch.inference_mode()
     def _forward(self, seqs: list[Sequence], ids: list[list[int]], kv_lens: list[int],
@@ -123,28 +127,30 @@ class ModelDrafter:
         draft's own logits [len(seqs), V'] of each request's last new token."""
         device = self.kv_cache.pools[0].device
         tables = [s.page_table for s in seqs]
-        metadata = (decode_metadata(tables, kv_lens, self.page_size, device)
-                    if all(len(i) == 1 for i in ids) else
-                    build_metadata(tables, kv_lens, [len(i) for i in ids], self.page_size, device))
         x = torch.tensor([t for i in ids for t in i], dtype=torch.int64, device=device)
         if self.vocab is not None:
             x = self.vocab.to_draft(x)
-        self.backend.plan(metadata)
-        hidden = self.model(x, metadata.positions, self.backend)
-        if not logits:
-            return None
-        last = hidden[metadata.qo_indptr[1:].long() - 1]
+        if logits and (len(ids) == 1 or all(len(i) == 1 for i in ids)):
+            last = self.lean.decode(x, tables, kv_lens)[-len(ids):]  # each request's last
+        else:
+            metadata = build_metadata(tables, kv_lens, [len(i) for i in ids], self.page_size,
+                                      device)
+            self.backend.plan(metadata)
+            hidden = self.model(x, metadata.positions, self.backend)
+            if not logits:
+                return None
+            last = hidden[metadata.qo_indptr[1:].long() - 1]
         if self.head is not None:
-            return torch.nn.functional.linear(last, self.head).float()
+            return (last @ self.head.t()).float()
         return self.model.compute_logits(last).float()
 
     def _greedy(self, logits: torch.Tensor) -> list[int]:
         """The draft's most likely token ids (never the shared class of a compact draft)."""
         if self.vocab is None:
-            return logits.argmax(-1).tolist()
+            return argmax(logits).tolist()
         if self.head_ids is not None:
-            return self.head_ids[logits.argmax(-1)].tolist()
-        return self.vocab.ids.to(logits.device)[logits[:, :-1].argmax(-1)].tolist()
+            return self.head_ids[argmax(logits)].tolist()
+        return self.vocab.ids.to(logits.device)[argmax(logits[:, :-1])].tolist()
 
     def prefill(self, batch: ScheduledBatch, runner: ModelRunner) -> None:
         """The same tokens as the target's prefill step, into the same page slots."""
@@ -255,12 +261,15 @@ class SpeculativeDecoder:
             for j, i in enumerate(plain):
                 results[i] = ([int(tokens[j])], [float(lps[j])],
                               [sampler.last_top_logprobs[j]])
+        # every row's argmax at once, for the greedy requests that were given drafts
+        top = (argmax(raw).tolist() if any(d and s.params.greedy
+                                           for s, d in zip(seqs, drafts, strict=True)) else [])
         for i, (seq, d) in enumerate(zip(seqs, drafts, strict=True)):
             if not d:
                 continue
             rows_i = raw[starts[i]:starts[i + 1]]  # [k_i + 1, V]
             if seq.params.greedy:
-                new = accept_greedy(d, rows_i.argmax(-1).tolist())
+                new = accept_greedy(d, top[starts[i]:starts[i + 1]])
             else:
                 p = target_probs(rows_i, [seq.params] * len(rows_i))
                 q = draft_probs[i]

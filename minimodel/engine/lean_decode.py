@@ -1,0 +1,147 @@
+"""A small model's decode step in few tensor ops: the draft model's forward in speculative decoding.
+
+A draft model is chosen small, so on a CPU its decode step is bound neither by bytes
+(bard-draft's two blocks are 1.6 MB) nor by arithmetic, but by the number of tensor ops it
+launches, each a few microseconds of dispatch. The engine's model is written to teach and to
+serve any step (packed rows, prefill and decode mixed, tensor parallelism, any attention
+backend); a draft proposes k tokens one forward at a time, so every op it launches is paid k
+times a step. `LeanDecoder` computes the same decode step (one new token per request, or a
+few for one request catching up; one rank) with about a third of the ops:
+
+- each product one `x @ W.t()` (a view: no weight is copied);
+- RMSNorm as x * rsqrt(sum(x^2) + C * eps) * (w * sqrt(C)): the mean's division folded into
+  the weight and eps;
+- the q and k norms of a layer in one go over all heads, the softmax scale folded into q's
+  weight;
+- RoPE as x * cos + roll(x, D/2) * sin', rotate_half's sign folded into a sin' table;
+- attention as two batched matmuls over the gathered pages, with no mask for one request's
+  one token (its pages are cut at its length).
+
+Same weights, same K/V written into the same slots of the same pool (so the engine's model can
+read them back, and the other way round); the hidden states equal the model's within float
+rounding (tests/test_spec_decode.py). The model's own forward still runs every step this one
+does not cover: prefills, and several requests of which one brings several tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from minimodel.engine.kv_cache import KVCache, pages_needed
+from minimodel.engine.model import PackedQwen3ForCausalLM
+from minimodel.ops import causal_mask
+
+
+class LeanDecoder:
+    """`decode(ids, page_tables, kv_lens)` -> hidden [N, C]: model(ids) for B requests that
+    each bring their last token (position kv_lens[i] - 1), or for one request that brings its
+    last N tokens; their K/V written into their pages."""
+
+    def __init__(self, model: PackedQwen3ForCausalLM, kv_cache: KVCache) -> None:
+        if model.tp_size != 1:
+            raise ValueError("LeanDecoder runs one rank's whole model (tensor_parallel_size=1).")
+        assert model.rope_cos is not None and model.rope_sin is not None
+        cfg = model.cfg
+        attn = model.model.layers[0].self_attn
+        self.Hq, self.Hkv, self.D = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        self.C = cfg.hidden_size
+        self.c_eps = cfg.hidden_size * cfg.rms_norm_eps  # sum-of-squares form of eps
+        self.d_eps = self.D * cfg.rms_norm_eps
+        self.kv_cache = kv_cache
+        self.embed = model.model.embed_tokens.weight
+        self.cos = model.rope_cos
+        half = self.D // 2
+        sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(model.rope_sin)
+        self.sin = model.rope_sin * sign  # rotate_half(x) = roll(x, D/2) * sign
+        root_c, root_d = self.C ** 0.5, self.D ** 0.5
+
+        def t(w: torch.Tensor) -> torch.Tensor:  # a view: a large draft's weights not copied
+            return w.detach().t()
+
+        self.layers = []
+        for layer in model.model.layers:
+            a, mlp = layer.self_attn, layer.mlp
+            q_w = a.q_norm.weight.detach() * root_d * self.D ** -0.5  # times the softmax scale
+            k_w = a.k_norm.weight.detach() * root_d
+            self.layers.append((
+                layer.input_layernorm.weight.detach() * root_c,
+                t(a.qkv_proj.weight),
+                torch.cat([q_w.expand(self.Hq, self.D), k_w.expand(self.Hkv, self.D)]),
+                t(a.o_proj.weight),
+                layer.post_attention_layernorm.weight.detach() * root_c,
+                t(mlp.gate_up_proj.weight),
+                t(mlp.down_proj.weight),
+            ))
+        self.final_w = model.model.norm.weight.detach() * root_c
+        self.I = model.model.layers[0].mlp.down_proj.weight.shape[1]
+
+    def _rms(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        """Qwen3's RMSNorm (in float32, back in x's dtype), w already times sqrt(width)."""
+        x32 = x.float()
+        return (x32 * torch.rsqrt((x32 * x32).sum(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+    @torch.inference_mode()
+    def decode(self, ids: torch.Tensor, page_tables: list[list[int]],
+               kv_lens: list[int]) -> torch.Tensor:
+        """ids: Long [N] (rows of the model's embedding), the last new token of each request
+        (N = B), or one request's last N tokens (B = 1: a draft catching up); they go to the
+        positions before kv_lens[i] in page_tables[i] -> hidden [N, C], the model's final norm
+        applied."""
+        B, N, S = len(kv_lens), ids.shape[0], self.kv_cache.page_size
+        Hq, Hkv, D, device = self.Hq, self.Hkv, self.D, ids.device
+        G = Hq // Hkv
+        if N != B and B != 1:
+            raise ValueError(f"{N} new tokens for {B} requests: one each, or all of one.")
+        positions, k_rows, page_ids = [], [], []
+        max_pages = max(pages_needed(k, S) for k in kv_lens)
+        for pages, kv_len in zip(page_tables, kv_lens, strict=True):
+            n = pages_needed(kv_len, S)
+            if not N // B <= kv_len <= len(pages) * S:
+                raise ValueError(f"need {N // B} <= kv_len ({kv_len}) <= pages * page_size "
+                                 f"({len(pages)} * {S}).")
+            for pos in range(kv_len - N // B, kv_len):
+                positions.append(pos)
+                k_rows.append(pages[pos // S] * 2 * S + pos % S)  # KVCache.k_rows of its slot
+            page_ids += pages[:n] + pages[n - 1:n] * (max_pages - n)
+        pos_t = torch.tensor(positions, device=device)
+        k_rows_t = torch.tensor(k_rows, device=device)
+        v_rows_t = k_rows_t + S
+        page_ids_t = torch.tensor(page_ids, device=device)
+        cos, sin = self.cos[pos_t][:, None], self.sin[pos_t][:, None]  # [B, 1, D]
+        L = max_pages * S
+        mask = None  # added to the scores [B, Hkv, G, T, L]: 0 where a key is seen, else -inf
+        if B > 1:  # past each request's length
+            span = torch.arange(L, device=device)
+            lens = torch.tensor(kv_lens, device=device)
+            mask = torch.zeros(B, 1, 1, 1, L, dtype=self.embed.dtype, device=device)
+            mask.masked_fill_((span[None, :] >= lens[:, None])[:, None, None, None, :],
+                              float("-inf"))
+        elif N > 1:  # causal: new token j sees keys up to kv_len - N + j
+            mask = torch.zeros(N, kv_lens[0], dtype=self.embed.dtype, device=device)
+            mask.masked_fill_(~causal_mask(N, kv_lens[0], device), float("-inf"))
+        T = N // B  # new tokens per request
+        x = torch.nn.functional.embedding(ids, self.embed)  # [N, C]
+        residual = None
+        for li, (w_in, qkv_t, qk_w, o_t, w_post, gate_up_t, down_t) in enumerate(self.layers):
+            residual = x if residual is None else x + residual
+            qkv = self._rms(residual, w_in, self.c_eps) @ qkv_t  # [N, (Hq + 2 Hkv) D]
+            qk = self._rms(qkv[:, :(Hq + Hkv) * D].view(N, Hq + Hkv, D), qk_w, self.d_eps)
+            qk = torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin)  # RoPE
+            v = qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)
+            rows = self.kv_cache.rows(li)
+            rows.index_copy_(0, k_rows_t, qk[:, Hq:])
+            rows.index_copy_(0, v_rows_t, v)
+            keys = self.kv_cache.keys(li).index_select(0, page_ids_t).view(B, L, Hkv, D)
+            values = self.kv_cache.values(li).index_select(0, page_ids_t).view(B, L, Hkv, D)
+            if B == 1:  # one request: its keys end at its length
+                keys, values = keys[:, :kv_lens[0]], values[:, :kv_lens[0]]
+            q = qk[:, :Hq].view(B, T, Hkv, G, D).permute(0, 2, 3, 1, 4)  # [B, Hkv, G, T, D]
+            scores = torch.matmul(q, keys.permute(0, 2, 3, 1)[:, :, None])  # [B, Hkv, G, T, L]
+            if mask is not None:
+                scores = scores + mask
+            out = torch.matmul(scores.softmax(-1), values.transpose(1, 2)[:, :, None])
+            out = out.permute(0, 3, 1, 2, 4).reshape(N, Hq * D)  # [B, Hkv, G, T, D] -> [N, .]
+            residual = out @ o_t + residual
+            gate_up = self._rms(residual, w_post, self.c_eps) @ gate_up_t
+            x = (torch.nn.functional.silu(gate_up[:, :self.I]) * gate_up[:, self.I:]) @ down_t
+        return self._rms(x + residual, self.final_w, self.c_eps)
