@@ -108,13 +108,13 @@ class ModelDrafter:
                                 num_kv_heads=kv_heads)
         self.backend = TorchBackend(self.kv_cache, heads, config.dtype)
         self.page_size = config.page_size
-        # A drafter whose file names its head rows scores only those: [K, C] instead of its
+        # A drafter whose file names its head rows scores only those: [C, K] instead of its
         # whole table, and K token ids to propose from (bard-draft: 4,096 of 24,587 rows).
         self.head: torch.Tensor | None = None
         self.head_ids: torch.Tensor | None = None
         if self.vocab is not None and self.vocab.head_rows is not None:
             rows = self.vocab.head_rows.to(config.device)
-            self.head = self.model.lm_head.weight[rows].contiguous()
+            self.head = self.model.lm_head.weight[rows].t().contiguous()  # [C, K]: x @ head
             self.head_ids = self.vocab.ids.to(config.device)[rows]
         # A decode forward (one token per request) runs the lean step (engine/lean_decode.py):
         # a draft model this small is bound by its count of tensor ops, run k times a step.
@@ -141,7 +141,7 @@ class ModelDrafter:
                 return None
             last = hidden[metadata.qo_indptr[1:].long() - 1]
         if self.head is not None:
-            return (last @ self.head.t()).float()
+            return (last @ self.head).float()
         return self.model.compute_logits(last).float()
 
     def _greedy(self, logits: torch.Tensor) -> list[int]:
