@@ -98,7 +98,7 @@ def test_the_drafter_scores_and_proposes_only_its_head_rows():
     llm = mm.LLM("bard", speculative_model="bard-draft", num_speculative_tokens=3,
                  tune_kernels=False)
     d = llm.speculator.drafter
-    assert len(spec["head_rows"]) == 4096 and d.head.shape == (4096, 128)
+    assert len(spec["head_rows"]) == 4096 and d.head.shape == (128, 4096)  # [C, K]: x @ head
     assert torch.equal(d.head_ids, torch.tensor(spec["ids"])[spec["head_rows"]])
     proposed = []
     propose = d.propose
