@@ -1,36 +1,71 @@
 """The draft model's lean decode step (engine/lean_decode.py) computes what the engine's model
 computes: the same hidden states within float rounding and the same K/V in the same pool
 slots, for one request (one token, or several as a draft catching up) and for several of
-different lengths, across page boundaries."""
+different lengths, across page boundaries; for bard-draft, tiny, and shapes they lack (q/k/v
+biases, one query head per KV head, eight per KV head, untied embeddings), in float32 and
+bfloat16."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from minimodel.checkpoints import random_state_dict_torch, write_checkpoint
+from minimodel.config import Qwen3Config
 from minimodel.engine.attention import TorchBackend, build_metadata
 from minimodel.engine.kv_cache import KVCache
 from minimodel.engine.lean_decode import LeanDecoder
 from minimodel.engine.speculative import load_language_model
 
 PAGE = 4
+SHAPES = {  # (query heads, KV heads, q/k/v bias, tied embeddings)
+    "bias": (4, 2, True, True), "one-per-kv-head": (3, 3, False, False),
+    "eight-per-kv-head": (8, 1, True, False),
+}
 
 
-def pools(model, num_pages):
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    out = {"tiny": "tiny", "bard-draft": "bard-draft"}
+    for name, (hq, hkv, bias, tied) in SHAPES.items():
+        cfg = Qwen3Config(vocab_size=300, hidden_size=48, intermediate_size=80,
+                          num_hidden_layers=2, num_attention_heads=hq, num_key_value_heads=hkv,
+                          head_dim=16, max_position_embeddings=128, attention_bias=bias,
+                          tie_word_embeddings=tied, torch_dtype="float32")
+        sd = random_state_dict_torch(cfg, seed=len(name))
+        if bias:  # the drawn biases are zeros; a bias the lean step dropped must show
+            for key in sd:
+                if key.endswith("_proj.bias"):
+                    sd[key] = torch.randn(sd[key].shape) * 0.5
+        folder = tmp_path_factory.mktemp(name)
+        write_checkpoint(folder, cfg, sd)
+        out[name] = folder
+    return out
+
+
+def pools(model, num_pages, dtype=torch.float32):
     heads, kv_heads = model.num_local_heads
-    cache = KVCache(model.cfg, num_pages, PAGE, torch.float32, "cpu", num_kv_heads=kv_heads)
-    return cache, TorchBackend(cache, heads, torch.float32)
+    cache = KVCache(model.cfg, num_pages, PAGE, dtype, "cpu", num_kv_heads=kv_heads)
+    return cache, TorchBackend(cache, heads, dtype)
 
 
-@pytest.mark.parametrize("name", ["tiny", "bard-draft"])
-@pytest.mark.parametrize("prompt_lens", [[9], [1], [8], [5, 12, 1], [3, 4, 16, 7]])
+CASES = [("tiny", torch.float32, lens) for lens in ([9], [1], [8], [5, 12, 1], [3, 4, 16, 7])]
+CASES += [("bard-draft", torch.float32, [9]), ("bard-draft", torch.float32, [5, 12, 1])]
+CASES += [(name, torch.float32, lens) for name in SHAPES for lens in ([6], [5, 12, 1])]
+CASES += [(name, torch.bfloat16, lens) for name in ("tiny", "bias") for lens in ([6], [5, 12])]
+
+
+@pytest.mark.parametrize("name, dtype, prompt_lens", CASES)
 @torch.inference_mode()
-def test_lean_decode_is_the_models_decode_step(name, prompt_lens):
-    model, _ = load_language_model(name, max_positions=128)
+def test_lean_decode_is_the_models_decode_step(folders, name, dtype, prompt_lens):
+    model, _ = load_language_model(folders[name], dtype=dtype, max_positions=128)
     gen = torch.Generator().manual_seed(sum(prompt_lens))
     vocab = model.cfg.vocab_size
+    # bfloat16: the lean step rounds in other places (the weights carry sqrt(C) and the
+    # softmax scale), so its values agree to bfloat16's precision, not float32's
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=0.05, atol=0.05)
     # two caches with the same pages: one decoded by the model, one by the lean step
-    caches = [pools(model, 64), pools(model, 64)]
+    caches = [pools(model, 64, dtype), pools(model, 64, dtype)]
     tables, start = [], 3  # pages out of order, as a pool lends them
     for n in prompt_lens:
         need = -(-(n + 5) // PAGE)
@@ -53,9 +88,10 @@ def test_lean_decode_is_the_models_decode_step(name, prompt_lens):
         want = model(ids, md.positions, caches[0][1])
         got = lean.decode(ids, tables, lens)
         assert got.shape == want.shape
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, **tol)
         for a, b in zip(caches[0][0].pools, caches[1][0].pools, strict=True):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(a, b, **tol)
         assert caches[1][0].pools[0].abs().sum() > 0
 
 

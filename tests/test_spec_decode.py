@@ -72,6 +72,19 @@ def test_the_target_as_its_own_draft_one_request_at_a_time(baseline, k):
     free_pages_back(llm)
 
 
+def test_a_bfloat16_engine_drafts_in_bfloat16():
+    """The draft model runs in the engine's dtype: in bfloat16 it proposes, the target checks,
+    every request ends at max_tokens with most drafts accepted (the target drafts for itself)
+    and every page goes back."""
+    llm = mm.LLM("tiny", dtype="bfloat16", speculative_model="tiny", num_speculative_tokens=3,
+                 **ENGINE)
+    outs = llm.generate(PROMPTS[:2], GREEDY)
+    assert [len(o.token_ids) for o in outs] == [GREEDY.max_tokens] * 2
+    assert llm.speculator.drafter.model.model.embed_tokens.weight.dtype == torch.bfloat16
+    assert llm.spec_decode_stats()["acceptance_rate"] > 0.5
+    free_pages_back(llm)
+
+
 class Oracle:
     """A test drafter that knows the greedy output: right proposes it, wrong proposes
     another token at every position."""

@@ -66,6 +66,7 @@ class LeanDecoder:
             self.layers.append((
                 layer.input_layernorm.weight.detach() * root_c,
                 t(a.qkv_proj.weight),
+                None if a.qkv_proj.bias is None else a.qkv_proj.bias.detach(),
                 torch.cat([q_w.expand(self.Hq, self.D), k_w.expand(self.Hkv, self.D)]),
                 t(a.o_proj.weight),
                 layer.post_attention_layernorm.weight.detach() * root_c,
@@ -122,11 +123,14 @@ class LeanDecoder:
         T = N // B  # new tokens per request
         x = torch.nn.functional.embedding(ids, self.embed)  # [N, C]
         residual = None
-        for li, (w_in, qkv_t, qk_w, o_t, w_post, gate_up_t, down_t) in enumerate(self.layers):
+        for li, (w_in, qkv_t, qkv_b, qk_w, o_t, w_post, gate_up_t, down_t) in enumerate(
+                self.layers):
             residual = x if residual is None else x + residual
-            qkv = self._rms(residual, w_in, self.c_eps) @ qkv_t  # [N, (Hq + 2 Hkv) D]
+            h = self._rms(residual, w_in, self.c_eps)
+            qkv = h @ qkv_t if qkv_b is None else torch.addmm(qkv_b, h, qkv_t)  # [N, (Hq+2Hkv)D]
             qk = self._rms(qkv[:, :(Hq + Hkv) * D].view(N, Hq + Hkv, D), qk_w, self.d_eps)
-            qk = torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin)  # RoPE
+            # RoPE, in float32 as the model does it (the tables are float32)
+            qk = torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin).to(qkv.dtype)
             v = qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)
             rows = self.kv_cache.rows(li)
             rows.index_copy_(0, k_rows_t, qk[:, Hq:])
