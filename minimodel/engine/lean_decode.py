@@ -108,7 +108,7 @@ class LeanDecoder:
         k_rows_t = torch.tensor(k_rows, device=device)
         v_rows_t = k_rows_t + S
         page_ids_t = torch.tensor(page_ids, device=device)
-        cos, sin = self.cos[pos_t][:, None], self.sin[pos_t][:, None]  # [B, 1, D]
+        cos, sin = self.cos[pos_t][:, None], self.sin[pos_t][:, None]  # [N, 1, D]
         L = max_pages * S
         mask = None  # added to the scores [B, Hkv, G, T, L]: 0 where a key is seen, else -inf
         if B > 1:  # past each request's length
