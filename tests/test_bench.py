@@ -72,6 +72,8 @@ def test_bench_card_measures_the_ceiling_and_ends_with_json(small_checkpoint, tm
     assert card["curve"][0]["step_over_batch1"] == 1.0
     assert card["kernel_choices"] and all("rows" in line for line in card["kernel_choices"])
     assert 0 < card["overhead"]["products_s"] < card["overhead"]["step_s"]
+    # the inlined decode step and the model's forward, timed taking turns
+    assert card["overhead"]["step_inline_s"] > 0 and card["overhead"]["step_model_forward_s"] > 0
     assert list(report["cards"]) == ["float32", "bfloat16"]
     prefix = report["prefix"]  # workloads P, small, in the first format
     assert prefix["format"] == "float32" and prefix["P1"]["same_tokens"]
@@ -87,7 +89,7 @@ def test_bench_card_measures_the_ceiling_and_ends_with_json(small_checkpoint, tm
     assert out.with_suffix(".png").stat().st_size > 1000
     text = "\n".join(lines[:-1])
     for words in ("ceiling", "memory-bandwidth utilisation", "matmul peak", "memory roof",
-                  "kernels", "curve", "overhead", "targets"):
+                  "kernels", "curve", "overhead", "decode steps inlined", "targets"):
         assert words in text, words
 
 

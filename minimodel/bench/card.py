@@ -227,6 +227,12 @@ def format_card(c: dict[str, Any], machine_info: dict[str, Any]) -> str:
         f"{o['attention_s'] / o['step_s']:.0%}, the rest (the engine's overhead) "
         f"{o['overhead']:.0%} (the same steps without the profiler: "
         f"{o['step_unprofiled_s'] * 1e3:.2f} ms)")
+    if "step_inline_s" in o:
+        lines.append(
+            f"{'':11s}decode steps inlined (engine/lean_decode.py): {o['step_inline_s'] * 1e3:.2f}"
+            f" ms; the same steps through the model's own forward, taking turns with them: "
+            f"{o['step_model_forward_s'] * 1e3:.2f} ms "
+            f"({1 - o['step_inline_s'] / o['step_model_forward_s']:.0%} less)")
     top = ", ".join(f"{name} {s * 1e3:.2f}" for name, s in o["top_other_ops_s"].items())
     lines.append(f"{'':11s}the rest: {o['other_ops_s'] * 1e3:.2f} ms in other torch calls "
                  f"({top}), {o['outside_ops_s'] * 1e3:.2f} ms between calls (Python, scheduler)")

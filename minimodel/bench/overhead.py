@@ -79,7 +79,10 @@ def split_events(events: list[FunctionEvent]) -> tuple[dict[str, float], dict[st
 def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
                  seed: int = 7) -> dict[str, Any]:
     """Profile `steps` batch-1 decode steps of one request (prompt_len tokens, greedy) after
-    timing as many without the profiler -> seconds per step in each part, and the overhead."""
+    timing as many without the profiler -> seconds per step in each part, and the overhead.
+    Where decode steps run the inlined forward (`llm.runner.inline`, engine/lean_decode.py),
+    `steps` more pairs of steps, one with it and one with the model's own forward, taking
+    turns: the median of each (`step_inline_s`, `step_model_forward_s`)."""
     prompt = make_requests(1, (prompt_len, prompt_len), (1, 1), seed, vocab)[0].prompt
     rid = llm.add_request(prompt, greedy(2 * steps + 4))
     try:
@@ -94,6 +97,18 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
             for _ in range(steps):
                 with record_function(STEP_LABEL):
                     llm.step()
+        inline = getattr(llm.runner, "inline", None)
+        by_path: dict[str, list[float]] = {"inline": [], "model": []}
+        if inline is not None:  # the inlined decode step against the model's own forward,
+            try:                # taking turns step by step
+                for _ in range(steps):
+                    for path in by_path:
+                        llm.runner.inline = inline if path == "inline" else None
+                        start = time.perf_counter()
+                        llm.step()
+                        by_path[path].append(time.perf_counter() - start)
+            finally:
+                llm.runner.inline = inline
     finally:
         llm.abort(rid)
     part, others = split_events(prof.events())
@@ -107,4 +122,7 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
         "outside_ops_s": step - per_step["ops_s"],
         "top_other_ops_s": {name: us / steps / 1e6 for name, us in top},
         "overhead": 1 - products / step, "step_unprofiled_s": unprofiled,
+        **({"step_inline_s": statistics.median(by_path["inline"]),
+            "step_model_forward_s": statistics.median(by_path["model"])}
+           if by_path["inline"] else {}),
     }

@@ -1,4 +1,5 @@
-"""A small model's decode step in few tensor ops: the draft model's forward in speculative decoding.
+"""Decode steps in fewer calls on a CPU: the draft model's (`LeanDecoder`) and the engine's own
+(`InlineDecoder`).
 
 A draft model is chosen small, so on a CPU its decode step is bound neither by bytes
 (bard-draft's two blocks are 1.6 MB) nor by arithmetic, but by the number of tensor ops it
@@ -21,12 +22,19 @@ Same weights, same K/V written into the same slots of the same pool (so the engi
 read them back, and the other way round); the hidden states equal the model's within float
 rounding (tests/test_spec_decode.py). The model's own forward still runs every step this one
 does not cover: prefills, and several requests of which one brings several tokens.
+
+`InlineDecoder` is the engine's model itself, for its decode steps on a CPU (one process, the
+torch backend): the same ops in the same order, so the same bits, only without the module
+calls and with the q/k norms and RoPE each in one call (see its docstring). A batch-1 decode
+step of bard on a CPU spends about as long outside its matrix products as in them; the
+inlined step takes back part of that time (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import torch
 
+from minimodel.engine.attention import AttentionMetadata
 from minimodel.engine.kv_cache import KVCache, pages_needed
 from minimodel.engine.model import PackedQwen3ForCausalLM
 from minimodel.ops import causal_mask
@@ -149,3 +157,106 @@ class LeanDecoder:
             gate_up = self._rms(residual, w_post, self.c_eps) @ gate_up_t
             x = (torch.nn.functional.silu(gate_up[:, :self.I]) * gate_up[:, self.I:]) @ down_t
         return self._rms(x + residual, self.final_w, self.c_eps)
+
+
+class InlineDecoder:
+    """The engine's own decode forward on a CPU, inlined: the model's ops in the model's order,
+    so its hidden states equal `model(ids, positions, backend)` bit for bit, with fewer calls.
+
+    A decode step of a small model on a CPU is short enough (bard's: a few ms) that the
+    hundreds of calls around its products count: each module call, each small tensor op and
+    the attention backend's planning. `__call__(ids, metadata)` computes a pure decode step
+    (one new token per request; one rank; the torch backend's paged attention) with
+
+    - the layers' own products (`product`: the kernel measured fastest for the row count);
+    - the q and k norms of a layer as one norm over all heads (each head's weight in a row),
+      and RoPE on q and k at once, rotate_half as a roll and a sign folded into the sin table
+      ((-a) * b equals a * (-b) exactly): elementwise, so each value is computed as before;
+    - the attention inputs (page ids, the mask past each request's length, the K/V rows)
+      worked out once per step from the host's lists, the same ones `TorchBackend.plan`
+      derives, and the same `scaled_dot_product_attention` call;
+    - no module calls.
+
+    Prefills and mixed steps run the model (`ModelRunner.forward`)."""
+
+    def __init__(self, model: PackedQwen3ForCausalLM, kv_cache: KVCache, scale: float) -> None:
+        if model.tp_size != 1:
+            raise ValueError("InlineDecoder runs one rank's whole model "
+                             "(tensor_parallel_size=1).")
+        assert model.rope_cos is not None and model.rope_sin is not None
+        attn = model.model.layers[0].self_attn
+        self.Hq, self.Hkv, self.D = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        self.eps = model.cfg.rms_norm_eps
+        self.scale = scale
+        self.kv_cache = kv_cache
+        self.embed = model.model.embed_tokens.weight
+        self.cos = model.rope_cos
+        half = self.D // 2
+        sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(model.rope_sin)
+        self.sin = model.rope_sin * sign  # rotate_half(x) * sin = roll(x, D/2) * (sin * sign)
+        self.layers = []
+        for layer in model.model.layers:
+            a, mlp = layer.self_attn, layer.mlp
+            qk_w = torch.cat([a.q_norm.weight.detach().expand(self.Hq, self.D),
+                              a.k_norm.weight.detach().expand(self.Hkv, self.D)])
+            self.layers.append((layer.input_layernorm.weight.detach(), a.qkv_proj, qk_w,
+                                a.o_proj, layer.post_attention_layernorm.weight.detach(),
+                                mlp.gate_up_proj, mlp.down_proj))
+        self.final_w = model.model.norm.weight.detach()
+        self.I = model.model.layers[0].mlp.down_proj.in_features
+
+    def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """ops.rms_norm, the same ops in the same order."""
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return w * x32.to(x.dtype)
+
+    @torch.inference_mode()
+    def __call__(self, ids: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
+        """ids: Long [B], one new token per request of a decode step's `metadata` -> hidden
+        [B, C], the final norm applied; each token's K/V written into its slot."""
+        if not metadata.is_decode:
+            raise ValueError("InlineDecoder runs decode steps only (one new token per "
+                             f"request); got q_lens {metadata.q_lens}.")
+        B, S, device = len(metadata.kv_lens), metadata.page_size, ids.device
+        Hq, Hkv, D, I = self.Hq, self.Hkv, self.D, self.I  # noqa: E741
+        G = Hq // Hkv
+        # TorchBackend.plan's tensors, from the host's lists: each request's pages, padded
+        # with its last one to the longest; a mask hiding every key past its length
+        indptr, pages = metadata.kv_indptr.tolist(), metadata.kv_indices.tolist()
+        longest = max(indptr[i + 1] - indptr[i] for i in range(B))
+        page_ids = []
+        for i in range(B):
+            own = pages[indptr[i]:indptr[i + 1]]
+            page_ids += own + own[-1:] * (longest - len(own))
+        page_ids_t = torch.tensor(page_ids, device=device)
+        L = longest * S
+        mask = (torch.arange(L, device=device)[None, :]
+                < torch.tensor(metadata.kv_lens, device=device)[:, None])[:, None, None, :]
+        k_rows = self.kv_cache.k_rows(metadata.slot_mapping)
+        v_rows = k_rows + S
+        positions = metadata.positions
+        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [B, 1, D]
+        x, residual = torch.nn.functional.embedding(ids, self.embed), None  # [B, C]
+        for li, (w_in, qkv_proj, qk_w, o_proj, w_post, gate_up_proj, down_proj) in enumerate(
+                self.layers):
+            residual = x if residual is None else x + residual
+            qkv = qkv_proj.product(self._rms(residual, w_in), qkv_proj.bias)
+            qk = self._rms(qkv[:, :(Hq + Hkv) * D].view(B, Hq + Hkv, D), qk_w)
+            qk32 = qk.float()
+            qk = (qk32 * cos + qk32.roll(D // 2, -1) * sin).to(qk.dtype)  # RoPE, q and k
+            rows = self.kv_cache.rows(li)
+            rows.index_copy_(0, k_rows, qk[:, Hq:])
+            rows.index_copy_(0, v_rows, qkv[:, (Hq + Hkv) * D:].view(B, Hkv, D))
+            keys = self.kv_cache.keys(li).index_select(0, page_ids_t).view(B, L, Hkv, D)
+            values = self.kv_cache.values(li).index_select(0, page_ids_t).view(B, L, Hkv, D)
+            out = torch.nn.functional.scaled_dot_product_attention(
+                qk[:, :Hq].reshape(B, Hkv, G, D), keys.transpose(1, 2), values.transpose(1, 2),
+                attn_mask=mask, scale=self.scale)  # [B, Hkv, G, D]
+            h = o_proj.product(out.reshape(B, Hq * D), None)
+            residual = h + residual
+            gate_up = gate_up_proj.product(self._rms(residual, w_post), None)
+            gate, up = gate_up.chunk(2, dim=-1)
+            x = down_proj.product(torch.nn.functional.silu(gate) * up, None)
+        x = x + residual
+        return self._rms(x, self.final_w)

@@ -23,6 +23,7 @@ from minimodel.engine.config import EngineConfig
 from minimodel.engine.cuda_graph import CUDAGraphRunner
 from minimodel.engine.kernel_choice import choose_kernels
 from minimodel.engine.kv_cache import KVCache
+from minimodel.engine.lean_decode import InlineDecoder
 from minimodel.engine.model import PackedQwen3ForCausalLM
 from minimodel.engine.quantization import quantize_model
 from minimodel.engine.scheduler import ScheduledBatch
@@ -61,6 +62,11 @@ class ModelRunner:
         self.sampler = Sampler(self.device)
         self.sampler.eos_token_ids = set(config.eos_token_ids)  # min_tokens holds them back
         self.graphs = None  # a CUDAGraphRunner once `capture_cuda_graphs` ran
+        # One CPU process with the torch backend: decode steps run the model's forward inlined
+        # (engine/lean_decode.py), equal bit for bit, in fewer calls.
+        self.inline = (InlineDecoder(model, self.kv_cache, self.backend.scale)
+                       if self.device.type == "cpu" and model.tp_size == 1
+                       and self.backend.name == "torch" else None)
         # Can this LLM still serve? `llm.runner.closed` is None while it can, else why not.
         # One process never closes; the tensor-parallel runner (engine/parallel.py) does when
         # a worker fails, hangs or dies (the server's /health reads it).
@@ -95,6 +101,8 @@ class ModelRunner:
         """Hidden states [N, C] of the packed batch (a graph replay when one fits)."""
         if self.graphs is not None and self.graphs.can_run(metadata):
             return self.graphs.run(input_ids, metadata)
+        if self.inline is not None and metadata.is_decode:
+            return self.inline(input_ids, metadata)
         self.backend.plan(metadata)
         return self.model(input_ids, metadata.positions, self.backend)
 

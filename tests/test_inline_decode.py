@@ -1,0 +1,148 @@
+"""The engine's inlined CPU decode step (engine/lean_decode.py: InlineDecoder) is the model's
+decode forward, bit for bit: the same hidden states and the same K/V in the same pool slots,
+for one request and for several of different lengths across page boundaries, on tiny, bard
+and shapes they lack (q/k/v biases, one query head per KV head, eight per KV head, untied
+embeddings), in float32 and bfloat16, with every product on F.linear or on a bound kernel.
+Through the engine, generation with it equals generation without it, token for token and
+log-probability for log-probability."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from minimodel.checkpoints import random_state_dict_torch, write_checkpoint
+from minimodel.config import Qwen3Config
+from minimodel.engine import LLM
+from minimodel.sampling import SamplingParams
+from minimodel.engine.attention import TorchBackend, build_metadata, decode_metadata
+from minimodel.engine.kv_cache import KVCache
+from minimodel.engine.lean_decode import InlineDecoder
+from minimodel.engine.quantization import linear_layers
+from minimodel.engine.speculative import load_language_model
+from minimodel.kernels.matmul import ROW_BUCKETS, LinearKernels, candidates
+
+PAGE = 4
+SHAPES = {  # (query heads, KV heads, q/k/v bias, tied embeddings)
+    "bias": (4, 2, True, True), "one-per-kv-head": (3, 3, False, False),
+    "eight-per-kv-head": (8, 1, True, False),
+}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    out = {"tiny": "tiny", "bard": "bard"}
+    for name, (hq, hkv, bias, tied) in SHAPES.items():
+        cfg = Qwen3Config(vocab_size=300, hidden_size=48, intermediate_size=80,
+                          num_hidden_layers=2, num_attention_heads=hq, num_key_value_heads=hkv,
+                          head_dim=16, max_position_embeddings=128, attention_bias=bias,
+                          tie_word_embeddings=tied, torch_dtype="float32")
+        sd = random_state_dict_torch(cfg, seed=len(name))
+        if bias:  # the drawn biases are zeros; a bias the inlined step dropped must show
+            for key in sd:
+                if key.endswith("_proj.bias"):
+                    sd[key] = torch.randn(sd[key].shape) * 0.5
+        folder = tmp_path_factory.mktemp(name)
+        write_checkpoint(folder, cfg, sd)
+        out[name] = folder
+    return out
+
+
+def bind(model, name: str) -> None:
+    """Every layer's product on formulation `name` at every row bucket (where it can run)."""
+    for _, module in linear_layers(model):
+        if name in candidates(module.weight):
+            module.kernels = LinearKernels(module.weight, dict.fromkeys(ROW_BUCKETS, name))
+
+
+def pools(model, num_pages, dtype):
+    heads, kv_heads = model.num_local_heads
+    cache = KVCache(model.cfg, num_pages, PAGE, dtype, "cpu", num_kv_heads=kv_heads)
+    return cache, TorchBackend(cache, heads, dtype)
+
+
+CASES = [("tiny", torch.float32, "linear", lens) for lens in ([9], [1], [8], [5, 12, 1],
+                                                               [3, 4, 16, 7])]
+CASES += [("bard", dtype, kernel, lens) for dtype in (torch.float32, torch.bfloat16)
+          for kernel in ("linear", "mkldnn", "matmul_t") for lens in ([9], [5, 12, 1])]
+CASES += [(name, torch.float32, "linear", lens) for name in SHAPES for lens in ([6], [5, 12, 1])]
+CASES += [(name, torch.bfloat16, "mkldnn", lens) for name in ("tiny", "bias", "eight-per-kv-head")
+          for lens in ([6], [5, 12])]
+
+
+@pytest.mark.parametrize("name, dtype, kernel, prompt_lens", CASES)
+@torch.inference_mode()
+def test_inline_decode_is_the_models_decode_step_bit_for_bit(folders, name, dtype, kernel,
+                                                            prompt_lens):
+    model, _ = load_language_model(folders[name], dtype=dtype, max_positions=128)
+    bind(model, kernel)
+    gen = torch.Generator().manual_seed(sum(prompt_lens))
+    vocab = model.cfg.vocab_size
+    # two caches with the same pages: one decoded by the model, one by the inlined step
+    caches = [pools(model, 64, dtype), pools(model, 64, dtype)]
+    tables, start = [], 3  # pages out of order, as a pool lends them
+    for n in prompt_lens:
+        need = -(-(n + 5) // PAGE)
+        tables.append([(start + 5 * j) % 64 for j in range(need)])
+        start += 1
+    prompts = [torch.randint(0, vocab, (n,), generator=gen) for n in prompt_lens]
+    for _, backend in caches:  # the same prefill into both
+        md = build_metadata(tables, prompt_lens, prompt_lens, PAGE)
+        backend.plan(md)
+        model(torch.cat(prompts), md.positions, backend)
+    inline = InlineDecoder(model, caches[1][0], caches[1][1].scale)
+    lens = list(prompt_lens)
+    for _ in range(4):  # four decode steps, a token per request
+        ids = torch.randint(0, vocab, (len(lens),), generator=gen)
+        lens = [n + 1 for n in lens]
+        md = decode_metadata(tables, lens, PAGE)
+        caches[0][1].plan(md)
+        want = model(ids, md.positions, caches[0][1])
+        got = inline(ids, md)
+        assert got.dtype == want.dtype
+        assert torch.equal(got, want), (got - want).abs().max()
+        for a, b in zip(caches[0][0].pools, caches[1][0].pools, strict=True):
+            assert torch.equal(a, b)
+    assert caches[1][0].pools[0].abs().sum() > 0
+
+
+def test_inline_decode_refuses_a_prefill_and_leaves_the_pool_intact():
+    model, _ = load_language_model("tiny", max_positions=64)
+    cache, backend = pools(model, 8, torch.float32)
+    before = [p.clone() for p in cache.pools]
+    md = build_metadata([[0, 1]], [5], [5], PAGE)
+    with pytest.raises(ValueError, match="decode steps only"):
+        InlineDecoder(model, cache, backend.scale)(torch.arange(5), md)
+    assert all(torch.equal(a, b) for a, b in zip(before, cache.pools, strict=True))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_engine_generates_the_same_with_and_without_the_inlined_step(dtype):
+    """Greedy, seeded sampling and logprobs: the same tokens and the same log-probabilities
+    whether decode steps run the inlined step or the model (prefills run the model in both)."""
+    def engine():  # a fresh engine each time: no prefix cached by the other run
+        return LLM("tiny", dtype=dtype, max_model_len=256, num_pages=64, page_size=16,
+                   tune_kernels=False)
+
+    prompts = [[5, 9, 2, 7] * k for k in (1, 5, 9)]
+    params = [SamplingParams(temperature=0.0, max_tokens=20, logprobs=2),
+              SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=20, logprobs=2),
+              SamplingParams(temperature=1.0, top_k=20, seed=11, max_tokens=20, logprobs=2)]
+    llm, calls = engine(), []
+    inline = llm.runner.inline
+    assert inline is not None
+
+    def counted(ids, metadata):
+        calls.append(len(metadata.kv_lens))
+        return inline(ids, metadata)
+
+    llm.runner.inline = counted
+    with_inline = llm.generate(prompts, params, use_tqdm=False)
+    assert calls and max(calls) == 3  # decode steps of all three requests ran inlined
+    plain = engine()
+    plain.runner.inline = None
+    without = plain.generate(prompts, params, use_tqdm=False)
+    for a, b in zip(with_inline, without, strict=True):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == b.logprobs
+        assert a.top_logprobs == b.top_logprobs
