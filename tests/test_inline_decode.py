@@ -14,13 +14,13 @@ import torch
 from minimodel.checkpoints import random_state_dict_torch, write_checkpoint
 from minimodel.config import Qwen3Config
 from minimodel.engine import LLM
-from minimodel.sampling import SamplingParams
 from minimodel.engine.attention import TorchBackend, build_metadata, decode_metadata
 from minimodel.engine.kv_cache import KVCache
 from minimodel.engine.lean_decode import InlineDecoder
 from minimodel.engine.quantization import linear_layers
 from minimodel.engine.speculative import load_language_model
 from minimodel.kernels.matmul import ROW_BUCKETS, LinearKernels, candidates
+from minimodel.sampling import SamplingParams
 
 PAGE = 4
 SHAPES = {  # (query heads, KV heads, q/k/v bias, tied embeddings)

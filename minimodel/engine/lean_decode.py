@@ -203,7 +203,6 @@ class InlineDecoder:
                                 a.o_proj, layer.post_attention_layernorm.weight.detach(),
                                 mlp.gate_up_proj, mlp.down_proj))
         self.final_w = model.model.norm.weight.detach()
-        self.I = model.model.layers[0].mlp.down_proj.in_features
 
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """ops.rms_norm, the same ops in the same order."""
@@ -219,7 +218,7 @@ class InlineDecoder:
             raise ValueError("InlineDecoder runs decode steps only (one new token per "
                              f"request); got q_lens {metadata.q_lens}.")
         B, S, device = len(metadata.kv_lens), metadata.page_size, ids.device
-        Hq, Hkv, D, I = self.Hq, self.Hkv, self.D, self.I  # noqa: E741
+        Hq, Hkv, D = self.Hq, self.Hkv, self.D
         G = Hq // Hkv
         # TorchBackend.plan's tensors, from the host's lists: each request's pages, padded
         # with its last one to the longest; a mask hiding every key past its length
