@@ -73,7 +73,9 @@ def test_bench_card_measures_the_ceiling_and_ends_with_json(small_checkpoint, tm
     assert card["kernel_choices"] and all("rows" in line for line in card["kernel_choices"])
     assert 0 < card["overhead"]["products_s"] < card["overhead"]["step_s"]
     # the inlined decode step and the model's forward, timed taking turns
-    assert card["overhead"]["step_inline_s"] > 0 and card["overhead"]["step_model_forward_s"] > 0
+    o = card["overhead"]
+    assert o["step_inline_s"] > 0 and o["step_model_forward_s"] > 0
+    assert o["paired_tokens"] == 2 * o["steps"]  # every one of those steps decoded a token
     assert list(report["cards"]) == ["float32", "bfloat16"]
     prefix = report["prefix"]  # workloads P, small, in the first format
     assert prefix["format"] == "float32" and prefix["P1"]["same_tokens"]

@@ -84,7 +84,7 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
     `steps` more pairs of steps, one with it and one with the model's own forward, taking
     turns: the median of each (`step_inline_s`, `step_model_forward_s`)."""
     prompt = make_requests(1, (prompt_len, prompt_len), (1, 1), seed, vocab)[0].prompt
-    rid = llm.add_request(prompt, greedy(2 * steps + 4))
+    rid = llm.add_request(prompt, greedy(4 * steps + 4))  # 2 + steps + steps + 2 * steps
     try:
         llm.step()  # the prefill
         llm.step()  # a first decode step, untimed
@@ -99,8 +99,11 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
                     llm.step()
         inline = getattr(llm.runner, "inline", None)
         by_path: dict[str, list[float]] = {"inline": [], "model": []}
+        paired_tokens = 0
         if inline is not None:  # the inlined decode step against the model's own forward,
-            try:                # taking turns step by step
+            seq = llm.get_request(rid)  # taking turns step by step
+            before = seq.num_output_tokens if seq is not None else 0
+            try:
                 for _ in range(steps):
                     for path in by_path:
                         llm.runner.inline = inline if path == "inline" else None
@@ -109,6 +112,7 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
                         by_path[path].append(time.perf_counter() - start)
             finally:
                 llm.runner.inline = inline
+            paired_tokens = seq.num_output_tokens - before if seq is not None else 0
     finally:
         llm.abort(rid)
     part, others = split_events(prof.events())
@@ -123,6 +127,7 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
         "top_other_ops_s": {name: us / steps / 1e6 for name, us in top},
         "overhead": 1 - products / step, "step_unprofiled_s": unprofiled,
         **({"step_inline_s": statistics.median(by_path["inline"]),
-            "step_model_forward_s": statistics.median(by_path["model"])}
+            "step_model_forward_s": statistics.median(by_path["model"]),
+            "paired_tokens": paired_tokens}  # each of those steps decoded one token
            if by_path["inline"] else {}),
     }
