@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from checkpoints import DECODE_SHAPES, decode_shape_folders, prefilled_twins
 
-from minimodel.checkpoints import random_state_dict_torch, write_checkpoint
-from minimodel.config import Qwen3Config
 from minimodel.engine import LLM
 from minimodel.engine.attention import TorchBackend, build_metadata, decode_metadata
 from minimodel.engine.kv_cache import KVCache
@@ -23,29 +22,12 @@ from minimodel.kernels.matmul import ROW_BUCKETS, LinearKernels, candidates
 from minimodel.sampling import SamplingParams
 
 PAGE = 4
-SHAPES = {  # (query heads, KV heads, q/k/v bias, tied embeddings)
-    "bias": (4, 2, True, True), "one-per-kv-head": (3, 3, False, False),
-    "eight-per-kv-head": (8, 1, True, False),
-}
+SHAPES = DECODE_SHAPES
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    out = {"tiny": "tiny", "bard": "bard"}
-    for name, (hq, hkv, bias, tied) in SHAPES.items():
-        cfg = Qwen3Config(vocab_size=300, hidden_size=48, intermediate_size=80,
-                          num_hidden_layers=2, num_attention_heads=hq, num_key_value_heads=hkv,
-                          head_dim=16, max_position_embeddings=128, attention_bias=bias,
-                          tie_word_embeddings=tied, torch_dtype="float32")
-        sd = random_state_dict_torch(cfg, seed=len(name))
-        if bias:  # the drawn biases are zeros; a bias the inlined step dropped must show
-            for key in sd:
-                if key.endswith("_proj.bias"):
-                    sd[key] = torch.randn(sd[key].shape) * 0.5
-        folder = tmp_path_factory.mktemp(name)
-        write_checkpoint(folder, cfg, sd)
-        out[name] = folder
-    return out
+    return {"tiny": "tiny", "bard": "bard", **decode_shape_folders(tmp_path_factory)}
 
 
 def bind(model, name: str) -> None:
@@ -79,17 +61,7 @@ def test_inline_decode_is_the_models_decode_step_bit_for_bit(folders, name, dtyp
     gen = torch.Generator().manual_seed(sum(prompt_lens))
     vocab = model.cfg.vocab_size
     # two caches with the same pages: one decoded by the model, one by the inlined step
-    caches = [pools(model, 64, dtype), pools(model, 64, dtype)]
-    tables, start = [], 3  # pages out of order, as a pool lends them
-    for n in prompt_lens:
-        need = -(-(n + 5) // PAGE)
-        tables.append([(start + 5 * j) % 64 for j in range(need)])
-        start += 1
-    prompts = [torch.randint(0, vocab, (n,), generator=gen) for n in prompt_lens]
-    for _, backend in caches:  # the same prefill into both
-        md = build_metadata(tables, prompt_lens, prompt_lens, PAGE)
-        backend.plan(md)
-        model(torch.cat(prompts), md.positions, backend)
+    caches, tables = prefilled_twins(model, prompt_lens, dtype, gen, PAGE)
     inline = InlineDecoder(model, caches[1][0], caches[1][1].scale)
     lens = list(prompt_lens)
     for _ in range(4):  # four decode steps, a token per request
