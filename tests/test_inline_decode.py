@@ -19,6 +19,7 @@ from minimodel.engine.lean_decode import InlineDecoder
 from minimodel.engine.quantization import linear_layers
 from minimodel.engine.speculative import load_language_model
 from minimodel.kernels.matmul import ROW_BUCKETS, LinearKernels, candidates
+from minimodel.ops import rope_cos_sin
 from minimodel.sampling import SamplingParams
 
 PAGE = 4
@@ -118,3 +119,25 @@ def test_the_engine_generates_the_same_with_and_without_the_inlined_step(dtype):
         assert a.token_ids == b.token_ids
         assert a.logprobs == b.logprobs
         assert a.top_logprobs == b.top_logprobs
+
+
+@torch.inference_mode()
+def test_inline_decode_reads_the_models_weights_as_they_are_at_each_step():
+    """Weights changed in place after the decoder was built (through .data, which autograd's
+    version counter does not see) and RoPE tables rebuilt: the next step uses them, as the
+    model does."""
+    model, _ = load_language_model("tiny", max_positions=128)
+    gen = torch.Generator().manual_seed(0)
+    caches, tables = prefilled_twins(model, [5, 9], torch.float32, gen, PAGE)
+    inline = InlineDecoder(model, caches[1][0], caches[1][1].scale)
+    layers = model.model.layers
+    for p in (layers[0].self_attn.q_norm.weight, layers[-1].self_attn.k_norm.weight,
+              layers[0].input_layernorm.weight, layers[-1].post_attention_layernorm.weight,
+              model.model.norm.weight, model.model.embed_tokens.weight):
+        p.data.mul_(torch.rand(p.shape, generator=gen) + 0.5)
+    model.rope_cos, model.rope_sin = rope_cos_sin(torch.arange(128), model.cfg.head_dim,
+                                                  model.cfg.rope_theta / 7)
+    ids, lens = torch.tensor([3, 11]), [6, 10]
+    md = decode_metadata(tables, lens, PAGE)
+    caches[0][1].plan(md)
+    assert torch.equal(inline(ids, md), model(ids, md.positions, caches[0][1]))

@@ -169,40 +169,32 @@ class InlineDecoder:
     (one new token per request; one rank; the torch backend's paged attention) with
 
     - the layers' own products (`product`: the kernel measured fastest for the row count);
-    - the q and k norms of a layer as one norm over all heads (each head's weight in a row),
-      and RoPE on q and k at once, rotate_half as a roll and a sign folded into the sin table
-      ((-a) * b equals a * (-b) exactly): elementwise, so each value is computed as before;
+    - the q and k norms of a layer as one norm over all heads (their weights multiplied in
+      after, q's and k's), and RoPE on q and k at once, rotate_half as a roll and its sign
+      folded into the sin table ((-a) * b equals a * (-b) exactly): elementwise, so each value
+      is computed as before;
     - the attention inputs (page ids, the mask past each request's length, the K/V rows)
       worked out once per step from the host's lists, the same ones `TorchBackend.plan`
       derives, and the same `scaled_dot_product_attention` call;
     - no module calls.
 
+    It holds no copy: every weight and table is the model's, read at each step.
     Prefills and mixed steps run the model (`ModelRunner.forward`)."""
 
     def __init__(self, model: PackedQwen3ForCausalLM, kv_cache: KVCache, scale: float) -> None:
         if model.tp_size != 1:
             raise ValueError("InlineDecoder runs one rank's whole model "
                              "(tensor_parallel_size=1).")
-        assert model.rope_cos is not None and model.rope_sin is not None
         attn = model.model.layers[0].self_attn
         self.Hq, self.Hkv, self.D = attn.num_heads, attn.num_kv_heads, attn.head_dim
         self.eps = model.cfg.rms_norm_eps
         self.scale = scale
         self.kv_cache = kv_cache
-        self.embed = model.model.embed_tokens.weight
-        self.cos = model.rope_cos
+        # The model's weights and tables are read at every step, never copied: a weight
+        # changed in place, or the RoPE tables rebuilt, is what the next step computes with.
+        self.model = model
         half = self.D // 2
-        sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(model.rope_sin)
-        self.sin = model.rope_sin * sign  # rotate_half(x) * sin = roll(x, D/2) * (sin * sign)
-        self.layers = []
-        for layer in model.model.layers:
-            a, mlp = layer.self_attn, layer.mlp
-            qk_w = torch.cat([a.q_norm.weight.detach().expand(self.Hq, self.D),
-                              a.k_norm.weight.detach().expand(self.Hkv, self.D)])
-            self.layers.append((layer.input_layernorm.weight.detach(), a.qkv_proj, qk_w,
-                                a.o_proj, layer.post_attention_layernorm.weight.detach(),
-                                mlp.gate_up_proj, mlp.down_proj))
-        self.final_w = model.model.norm.weight.detach()
+        self.sign = torch.cat([-torch.ones(half), torch.ones(half)])  # rotate_half's signs
 
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """ops.rms_norm, the same ops in the same order."""
@@ -234,14 +226,22 @@ class InlineDecoder:
                 < torch.tensor(metadata.kv_lens, device=device)[:, None])[:, None, None, :]
         k_rows = self.kv_cache.k_rows(metadata.slot_mapping)
         v_rows = k_rows + S
-        positions = metadata.positions
-        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [B, 1, D]
-        x, residual = torch.nn.functional.embedding(ids, self.embed), None  # [B, C]
-        for li, (w_in, qkv_proj, qk_w, o_proj, w_post, gate_up_proj, down_proj) in enumerate(
-                self.layers):
+        model, positions = self.model.model, metadata.positions
+        assert self.model.rope_cos is not None and self.model.rope_sin is not None
+        cos = self.model.rope_cos[positions][:, None]  # [B, 1, D]
+        sin = (self.model.rope_sin[positions] * self.sign.to(self.model.rope_sin))[:, None]
+        x, residual = torch.nn.functional.embedding(ids, model.embed_tokens.weight), None
+        for li, layer in enumerate(model.layers):
+            a, mlp = layer.self_attn, layer.mlp
             residual = x if residual is None else x + residual
-            qkv = qkv_proj.product(self._rms(residual, w_in), qkv_proj.bias)
-            qk = self._rms(qkv[:, :(Hq + Hkv) * D].view(B, Hq + Hkv, D), qk_w)
+            qkv = a.qkv_proj.product(self._rms(residual, layer.input_layernorm.weight),
+                                     a.qkv_proj.bias)
+            # the q and k norms as one, but for their weights (w * y equals y * w exactly)
+            qk32 = qkv[:, :(Hq + Hkv) * D].view(B, Hq + Hkv, D).float()
+            qk = (qk32 * torch.rsqrt(qk32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+                  ).to(qkv.dtype)
+            qk[:, :Hq].mul_(a.q_norm.weight)
+            qk[:, Hq:].mul_(a.k_norm.weight)
             qk32 = qk.float()
             qk = (qk32 * cos + qk32.roll(D // 2, -1) * sin).to(qk.dtype)  # RoPE, q and k
             rows = self.kv_cache.rows(li)
@@ -252,10 +252,11 @@ class InlineDecoder:
             out = torch.nn.functional.scaled_dot_product_attention(
                 qk[:, :Hq].reshape(B, Hkv, G, D), keys.transpose(1, 2), values.transpose(1, 2),
                 attn_mask=mask, scale=self.scale)  # [B, Hkv, G, D]
-            h = o_proj.product(out.reshape(B, Hq * D), None)
+            h = a.o_proj.product(out.reshape(B, Hq * D), None)
             residual = h + residual
-            gate_up = gate_up_proj.product(self._rms(residual, w_post), None)
+            gate_up = mlp.gate_up_proj.product(
+                self._rms(residual, layer.post_attention_layernorm.weight), None)
             gate, up = gate_up.chunk(2, dim=-1)
-            x = down_proj.product(torch.nn.functional.silu(gate) * up, None)
+            x = mlp.down_proj.product(torch.nn.functional.silu(gate) * up, None)
         x = x + residual
-        return self._rms(x, self.final_w)
+        return self._rms(x, model.norm.weight)
