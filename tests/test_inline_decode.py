@@ -63,7 +63,7 @@ def test_inline_decode_is_the_models_decode_step_bit_for_bit(folders, name, dtyp
     vocab = model.cfg.vocab_size
     # two caches with the same pages: one decoded by the model, one by the inlined step
     caches, tables = prefilled_twins(model, prompt_lens, dtype, gen, PAGE)
-    inline = InlineDecoder(model, caches[1][0], caches[1][1].scale)
+    inline = InlineDecoder(model, caches[1][1])
     lens = list(prompt_lens)
     for _ in range(4):  # four decode steps, a token per request
         ids = torch.randint(0, vocab, (len(lens),), generator=gen)
@@ -85,7 +85,7 @@ def test_inline_decode_refuses_a_prefill_and_leaves_the_pool_intact():
     before = [p.clone() for p in cache.pools]
     md = build_metadata([[0, 1]], [5], [5], PAGE)
     with pytest.raises(ValueError, match="decode steps only"):
-        InlineDecoder(model, cache, backend.scale)(torch.arange(5), md)
+        InlineDecoder(model, backend)(torch.arange(5), md)
     assert all(torch.equal(a, b) for a, b in zip(before, cache.pools, strict=True))
 
 
@@ -129,7 +129,7 @@ def test_inline_decode_reads_the_models_weights_as_they_are_at_each_step():
     model, _ = load_language_model("tiny", max_positions=128)
     gen = torch.Generator().manual_seed(0)
     caches, tables = prefilled_twins(model, [5, 9], torch.float32, gen, PAGE)
-    inline = InlineDecoder(model, caches[1][0], caches[1][1].scale)
+    inline = InlineDecoder(model, caches[1][1])
     layers = model.model.layers
     for p in (layers[0].self_attn.q_norm.weight, layers[-1].self_attn.k_norm.weight,
               layers[0].input_layernorm.weight, layers[-1].post_attention_layernorm.weight,

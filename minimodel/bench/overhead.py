@@ -99,10 +99,9 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
                     llm.step()
         inline = getattr(llm.runner, "inline", None)
         by_path: dict[str, list[float]] = {"inline": [], "model": []}
-        paired_tokens = 0
-        if inline is not None:  # the inlined decode step against the model's own forward,
-            seq = llm.get_request(rid)  # taking turns step by step
-            before = seq.num_output_tokens if seq is not None else 0
+        seq, paired_tokens = llm.get_request(rid), 0
+        if inline is not None and seq is not None:  # the inlined decode step against the
+            before = seq.num_output_tokens  # model's own forward, taking turns step by step
             try:
                 for _ in range(steps):
                     for path in by_path:
@@ -112,7 +111,7 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
                         by_path[path].append(time.perf_counter() - start)
             finally:
                 llm.runner.inline = inline
-            paired_tokens = seq.num_output_tokens - before if seq is not None else 0
+            paired_tokens = seq.num_output_tokens - before
     finally:
         llm.abort(rid)
     part, others = split_events(prof.events())

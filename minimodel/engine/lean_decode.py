@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import torch
 
-from minimodel.engine.attention import AttentionMetadata
+from minimodel.engine.attention import AttentionMetadata, TorchBackend
 from minimodel.engine.kv_cache import KVCache, pages_needed
 from minimodel.engine.model import PackedQwen3ForCausalLM
-from minimodel.ops import causal_mask
+from minimodel.ops import causal_mask, rms_norm
 
 
 class LeanDecoder:
@@ -164,8 +164,8 @@ class InlineDecoder:
     so its hidden states equal `model(ids, positions, backend)` bit for bit, with fewer calls.
 
     A decode step of a small model on a CPU is short enough (bard's: a few ms) that the
-    hundreds of calls around its products count: each module call, each small tensor op and
-    the attention backend's planning. `__call__(ids, metadata)` computes a pure decode step
+    hundreds of calls around its products count: each module call and each small tensor op.
+    `__call__(ids, metadata)` computes a pure decode step
     (one new token per request; one rank; the torch backend's paged attention) with
 
     - the layers' own products (`product`: the kernel measured fastest for the row count);
@@ -174,33 +174,26 @@ class InlineDecoder:
       folded into the sin table ((-a) * b equals a * (-b) exactly): elementwise, so each value
       is computed as before;
     - the attention inputs (page ids, the mask past each request's length, the K/V rows)
-      worked out once per step from the host's lists, the same ones `TorchBackend.plan`
-      derives, and the same `scaled_dot_product_attention` call;
+      from `TorchBackend.plan`, once per step, and the same `scaled_dot_product_attention`
+      call;
     - no module calls.
 
     It holds no copy: every weight and table is the model's, read at each step.
     Prefills and mixed steps run the model (`ModelRunner.forward`)."""
 
-    def __init__(self, model: PackedQwen3ForCausalLM, kv_cache: KVCache, scale: float) -> None:
+    def __init__(self, model: PackedQwen3ForCausalLM, backend: TorchBackend) -> None:
         if model.tp_size != 1:
             raise ValueError("InlineDecoder runs one rank's whole model "
                              "(tensor_parallel_size=1).")
         attn = model.model.layers[0].self_attn
         self.Hq, self.Hkv, self.D = attn.num_heads, attn.num_kv_heads, attn.head_dim
         self.eps = model.cfg.rms_norm_eps
-        self.scale = scale
-        self.kv_cache = kv_cache
+        self.backend = backend
         # The model's weights and tables are read at every step, never copied: a weight
         # changed in place, or the RoPE tables rebuilt, is what the next step computes with.
         self.model = model
         half = self.D // 2
         self.sign = torch.cat([-torch.ones(half), torch.ones(half)])  # rotate_half's signs
-
-    def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """ops.rms_norm, the same ops in the same order."""
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        return w * x32.to(x.dtype)
 
     @torch.inference_mode()
     def __call__(self, ids: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
@@ -209,23 +202,14 @@ class InlineDecoder:
         if not metadata.is_decode:
             raise ValueError("InlineDecoder runs decode steps only (one new token per "
                              f"request); got q_lens {metadata.q_lens}.")
-        B, S, device = len(metadata.kv_lens), metadata.page_size, ids.device
-        Hq, Hkv, D = self.Hq, self.Hkv, self.D
-        G = Hq // Hkv
-        # TorchBackend.plan's tensors, from the host's lists: each request's pages, padded
-        # with its last one to the longest; a mask hiding every key past its length
-        indptr, pages = metadata.kv_indptr.tolist(), metadata.kv_indices.tolist()
-        longest = max(indptr[i + 1] - indptr[i] for i in range(B))
-        page_ids = []
-        for i in range(B):
-            own = pages[indptr[i]:indptr[i + 1]]
-            page_ids += own + own[-1:] * (longest - len(own))
-        page_ids_t = torch.tensor(page_ids, device=device)
-        L = longest * S
-        mask = (torch.arange(L, device=device)[None, :]
-                < torch.tensor(metadata.kv_lens, device=device)[:, None])[:, None, None, :]
-        k_rows = self.kv_cache.k_rows(metadata.slot_mapping)
-        v_rows = k_rows + S
+        B, Hq, Hkv, D = len(metadata.kv_lens), self.Hq, self.Hkv, self.D
+        G, eps, backend = Hq // Hkv, self.eps, self.backend
+        # the backend's own plan: each request's pages padded to the longest, the mask past
+        # each request's length, the new K/V's rows
+        backend.plan(metadata)
+        kv_cache, page_ids, mask = backend.kv_cache, backend.page_ids, backend.mask
+        k_rows = backend.new_k_rows
+        v_rows = k_rows + metadata.page_size
         model, positions = self.model.model, metadata.positions
         assert self.model.rope_cos is not None and self.model.rope_sin is not None
         cos = self.model.rope_cos[positions][:, None]  # [B, 1, D]
@@ -234,29 +218,29 @@ class InlineDecoder:
         for li, layer in enumerate(model.layers):
             a, mlp = layer.self_attn, layer.mlp
             residual = x if residual is None else x + residual
-            qkv = a.qkv_proj.product(self._rms(residual, layer.input_layernorm.weight),
+            qkv = a.qkv_proj.product(rms_norm(residual, layer.input_layernorm.weight, eps),
                                      a.qkv_proj.bias)
             # the q and k norms as one, but for their weights (w * y equals y * w exactly)
             qk32 = qkv[:, :(Hq + Hkv) * D].view(B, Hq + Hkv, D).float()
-            qk = (qk32 * torch.rsqrt(qk32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+            qk = (qk32 * torch.rsqrt(qk32.pow(2).mean(dim=-1, keepdim=True) + eps)
                   ).to(qkv.dtype)
             qk[:, :Hq].mul_(a.q_norm.weight)
             qk[:, Hq:].mul_(a.k_norm.weight)
             qk32 = qk.float()
             qk = (qk32 * cos + qk32.roll(D // 2, -1) * sin).to(qk.dtype)  # RoPE, q and k
-            rows = self.kv_cache.rows(li)
+            rows = kv_cache.rows(li)
             rows.index_copy_(0, k_rows, qk[:, Hq:])
             rows.index_copy_(0, v_rows, qkv[:, (Hq + Hkv) * D:].view(B, Hkv, D))
-            keys = self.kv_cache.keys(li).index_select(0, page_ids_t).view(B, L, Hkv, D)
-            values = self.kv_cache.values(li).index_select(0, page_ids_t).view(B, L, Hkv, D)
+            keys = kv_cache.keys(li).index_select(0, page_ids).view(B, -1, Hkv, D)
+            values = kv_cache.values(li).index_select(0, page_ids).view(B, -1, Hkv, D)
             out = torch.nn.functional.scaled_dot_product_attention(
                 qk[:, :Hq].reshape(B, Hkv, G, D), keys.transpose(1, 2), values.transpose(1, 2),
-                attn_mask=mask, scale=self.scale)  # [B, Hkv, G, D]
+                attn_mask=mask, scale=backend.scale)  # [B, Hkv, G, D]
             h = a.o_proj.product(out.reshape(B, Hq * D), None)
             residual = h + residual
             gate_up = mlp.gate_up_proj.product(
-                self._rms(residual, layer.post_attention_layernorm.weight), None)
+                rms_norm(residual, layer.post_attention_layernorm.weight, eps), None)
             gate, up = gate_up.chunk(2, dim=-1)
             x = mlp.down_proj.product(torch.nn.functional.silu(gate) * up, None)
         x = x + residual
-        return self._rms(x, model.norm.weight)
+        return rms_norm(x, model.norm.weight, eps)

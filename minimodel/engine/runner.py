@@ -16,6 +16,7 @@ from minimodel.config import Qwen3Config
 from minimodel.engine.attention import (
     BACKENDS,
     AttentionMetadata,
+    TorchBackend,
     build_metadata,
     decode_metadata,
 )
@@ -64,9 +65,9 @@ class ModelRunner:
         self.graphs = None  # a CUDAGraphRunner once `capture_cuda_graphs` ran
         # One CPU process with the torch backend: decode steps run the model's forward inlined
         # (engine/lean_decode.py), equal bit for bit, in fewer calls.
-        self.inline = (InlineDecoder(model, self.kv_cache, self.backend.scale)
+        self.inline = (InlineDecoder(model, self.backend)
                        if self.device.type == "cpu" and model.tp_size == 1
-                       and self.backend.name == "torch" else None)
+                       and isinstance(self.backend, TorchBackend) else None)
         # Can this LLM still serve? `llm.runner.closed` is None while it can, else why not.
         # One process never closes; the tensor-parallel runner (engine/parallel.py) does when
         # a worker fails, hangs or dies (the server's /health reads it).
