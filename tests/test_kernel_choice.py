@@ -16,7 +16,7 @@ from minimodel.engine.kernel_choice import choose_kernels, packed_bytes, unbind_
 from minimodel.engine.model import PackedQwen3ForCausalLM
 from minimodel.engine.quantization import _torchao, linear_layers
 from minimodel.home import minimodel_home
-from minimodel.kernels import matmul
+from minimodel.kernels import matmul, native
 from minimodel.kernels.matmul import (
     FORMULATIONS,
     ROW_BUCKETS,
@@ -65,19 +65,21 @@ def test_every_formulation_computes_f_linear(dtype, rows):
                                        msg=f"{name}, {rows} rows, bias {b is not None}")
 
 
-def test_int8pack_computes_torchaos_product():
+def test_the_int8_formulations_compute_torchaos_product():
     layer = torch.nn.Linear(128, 300, bias=False).to(torch.bfloat16)
     ao = _torchao()
     ao.quantize_(layer, ao.Int8WeightOnlyConfig())
     w = layer.weight
-    assert candidates(w) == ["linear", "int8pack"]
+    assert candidates(w)[:2] == ["linear", "int8pack"]
+    assert candidates(w)[2:] == (["c_gemv"] if native.library() else [])
     x = torch.randn(5, 128).to(torch.bfloat16)
     # the exact product of the int8 weight and its per-row scales, in float32; the two bfloat16
     # kernels round at other places (before or after scaling), each within bfloat16's steps
     exact = F.linear(x.float(), w.qdata.float() * w.scale.float().reshape(-1, 1))
     atol = 2**-7 * exact.abs().max().item()
-    got = FORMULATIONS["int8pack"].run(x, w, FORMULATIONS["int8pack"].pack(w), None)
-    torch.testing.assert_close(got.float(), exact, atol=atol, rtol=1.6e-2)
+    for name in candidates(w)[1:]:
+        got = FORMULATIONS[name].run(x, w, FORMULATIONS[name].pack(w), None)
+        torch.testing.assert_close(got.float(), exact, atol=atol, rtol=1.6e-2, msg=name)
     torch.testing.assert_close(F.linear(x, w).float(), exact, atol=atol, rtol=1.6e-2)
 
 
@@ -107,7 +109,7 @@ def test_time_formulations_times_each_name_and_the_table_keeps_the_fastest(monke
     seconds = time_formulations(w, 4, candidates(w), repeats=2)
     assert set(seconds) == set(candidates(w)) and all(s > 0 for s in seconds.values())
     # the table keeps, per bucket, the name with the fewest seconds
-    fake = {"linear": 3.0, "matmul_t": 1.0, "mkldnn": 2.0}
+    fake = {"linear": 3.0, "matmul_t": 1.0, "mkldnn": 2.0, "c_gemv": 1.5}
     monkeypatch.setattr(matmul, "time_formulations",
                         lambda w, rows, names, repeats, packed: {n: fake[n] for n in names})
     table = KernelTable()
@@ -154,8 +156,8 @@ def test_a_busy_sitting_costs_nothing_once_the_second_one_is_taken(monkeypatch):
     """The first sitting's choice serves until a start SECOND_SITTING_AFTER_S later measures
     again; each formulation then keeps its best time of both sittings, in either order."""
     w = weight(64, 32, torch.float32)
-    busy = {"linear": 3.0, "matmul_t": 5.0, "mkldnn": 6.0}  # other programs held the cores
-    quiet = {"linear": 3.2, "matmul_t": 1.0, "mkldnn": 2.0}
+    busy = {"linear": 3.0, "matmul_t": 5.0, "mkldnn": 6.0, "c_gemv": 7.0}  # others held the cores
+    quiet = {"linear": 3.2, "matmul_t": 1.0, "mkldnn": 2.0, "c_gemv": 1.1}
     best = dict.fromkeys(ROW_BUCKETS, "matmul_t")  # the fewest seconds of either sitting
 
     def timings(times):

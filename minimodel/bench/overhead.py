@@ -4,8 +4,9 @@ weights, attention, and everything else (the engine's own overhead).
 What counts as a product: every call of `PRODUCT_OPS` that no other product or attention call
 encloses (so aten::linear -> aten::addmm counts once), from whichever formulation the layer
 was bound to: F.linear (aten::linear, aten::matmul, aten::mm, aten::addmm, aten::mv), oneDNN's
-prepacked product (mkldnn::_linear_pointwise) and the int8 / int4 weight kernels
-(aten::_weight_int8pack_mm, aten::_weight_int4pack_mm*). Attention is the
+prepacked product (mkldnn::_linear_pointwise), the int8 / int4 weight kernels
+(aten::_weight_int8pack_mm, aten::_weight_int4pack_mm*) and the C kernel built on this machine
+(minimodel::c_gemv, labelled by minimodel/kernels/native.py). Attention is the
 scaled_dot_product_attention call. Everything else in a step is overhead: norms, RoPE, SiLU,
 the KV writes and page gathers, the metadata, the sampler (a log_softmax over the vocabulary),
 the scheduler and Python. The report splits it into torch calls (the largest named) and the
@@ -30,12 +31,13 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from minimodel.bench.runners import greedy
 from minimodel.bench.workloads import make_requests
 from minimodel.engine import LLM
+from minimodel.kernels import native
 
 PRODUCT_OPS = frozenset({
     "aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::mv",
     "mkldnn::_linear_pointwise", "aten::_weight_int8pack_mm",
     "aten::_weight_int4pack_mm", "aten::_weight_int4pack_mm_for_cpu",
-    "aten::_weight_int4pack_mm_with_scales_and_zeros",
+    "aten::_weight_int4pack_mm_with_scales_and_zeros", native.PROFILER_LABEL,
 })
 ATTENTION_OPS = frozenset({"aten::scaled_dot_product_attention"})
 STEP_LABEL = "minimodel::decode_step"

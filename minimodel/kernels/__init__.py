@@ -6,7 +6,9 @@
 - `merge`: merging two attention states (output, log-sum-exp) computed over disjoint key sets;
 - `split_kv`: split-KV decode (flash-decoding) and the work partition a kernel's `plan` computes;
 - `paged`: the same tiled loop reading K/V through a page table (FlashInfer's format, ch. 07);
-- `roofline`: measured matmul FLOP/s and memory bandwidth, and the cost of a step.
+- `roofline`: measured matmul FLOP/s and memory bandwidth, and the cost of a step;
+- `matmul` and `native`: the decode product y = x @ W.T written several ways (a C kernel built on
+  this machine among them), and the fastest chosen per shape, measured.
 
 These are slow in Python: they exist to show, and test, what a fast kernel computes.
 Shapes: T queries, S keys, Hq query heads, Hkv KV heads (G = Hq / Hkv), D head dim.

@@ -10,7 +10,8 @@ autotuning); this module does it the plain way: time each formulation once per (
 weight kind, row bucket) on this machine, keep the fastest, cache the choice.
 
 - `FORMULATIONS`: name -> the product written one way (`linear`, `matmul_t`, `mkldnn`,
-  `int8pack` for torchao's int8 weights).
+  `int8pack` for torchao's int8 weights, and `c_gemv`, a C kernel compiled on this machine:
+  minimodel/kernels/native.py).
 - `candidates(weight)`: the formulations that can run a weight.
 - `time_formulations(weight, rows, names)`: seconds per product, best of a few, interleaved.
 - `LinearKernels`: one layer's choice per row bucket, with its prepacked weights.
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from minimodel.home import minimodel_home, write_atomic
+from minimodel.kernels import native
 
 # A decode step's rows: its requests, or with speculative decoding each request's 1 + k rows
 # (8 requests at k = 4 check 40 rows). More rows (prefill) use F.linear.
@@ -38,7 +39,7 @@ ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 # A choice is measured at a first start and once more at a start at least this long after (each
 # formulation keeping its best time of both sittings): a busy moment during one costs nothing.
 SECOND_SITTING_AFTER_S = 600.0
-TABLE_VERSION = 3  # bump when the formulations or the measurement change: old choices go
+TABLE_VERSION = 4  # bump when the formulations or the measurement change: old choices go
 
 
 def row_bucket(rows: int) -> int | None:
@@ -88,6 +89,17 @@ def _int8pack(x: torch.Tensor, w: torch.Tensor, packed: object, bias: torch.Tens
     return y if bias is None else y + bias
 
 
+def _pack_c(w: torch.Tensor) -> native.Packed:
+    if weight_kind(w) == "int8":
+        return native.pack(w.qdata, w.scale, w.dtype)  # type: ignore[attr-defined]
+    return native.pack(w)
+
+
+def _c_gemv(x: torch.Tensor, w: torch.Tensor, packed: object, bias: torch.Tensor | None
+            ) -> torch.Tensor:
+    return native.gemv(x, packed, bias)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class Formulation:
     """One way to write y = x @ W.T (+ bias): `run(x, W, packed, bias)`, with `pack(W)` done
@@ -106,6 +118,8 @@ FORMULATIONS = {f.name: f for f in (
                 "oneDNN's linear on W prepacked once into its blocked layout"),
     Formulation("int8pack", _int8pack, _pack_int8,
                 "aten._weight_int8pack_mm on torchao's int8 weight and per-row scales"),
+    Formulation("c_gemv", _c_gemv, _pack_c,
+                "a C kernel built on this machine, on W prepacked into blocks of output rows"),
 )}
 
 
@@ -117,13 +131,22 @@ def candidates(weight: torch.Tensor) -> list[str]:
     if kind == "int8":
         scale = getattr(weight, "scale", None)
         per_row = scale is not None and scale.numel() == weight.shape[0]
-        return ["linear", "int8pack"] if per_row else ["linear"]
+        if not per_row:
+            return ["linear"]
+        return ["linear", "int8pack", *_c_gemv_if(weight.dtype, per_row)]
     if type(weight) not in (torch.Tensor, torch.nn.Parameter):
         return ["linear"]  # another tensor subclass (int4): its own kernel behind F.linear
     names = ["linear", "matmul_t"]
     if torch.backends.mkldnn.is_available() and weight.dtype in (torch.float32, torch.bfloat16):
         names.append("mkldnn")
-    return names
+    return names + _c_gemv_if(weight.dtype, True)
+
+
+def _c_gemv_if(dtype: torch.dtype, ok: bool) -> list[str]:
+    """["c_gemv"] when the C kernel is built here and takes this dtype's activations."""
+    if ok and dtype in (torch.float32, torch.bfloat16) and native.library() is not None:
+        return ["c_gemv"]
+    return []
 
 
 def time_formulations(weight: torch.Tensor, rows: int, names: list[str], repeats: int = 5,
@@ -183,8 +206,9 @@ class LinearKernels:
     def packed_bytes(self) -> int:
         """Bytes of the prepacked copies this layer keeps beside its weight (int8pack's are
         views of the quantized weight: none)."""
-        return sum(v.numel() * v.element_size() for v in self.packed.values()
-                   if isinstance(v, torch.Tensor))
+        return sum(v.numel() * v.element_size() if isinstance(v, torch.Tensor)
+                   else v.nbytes if isinstance(v, native.Packed) else 0
+                   for v in self.packed.values())
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
                  ) -> torch.Tensor:
@@ -207,18 +231,11 @@ def describe_choices(choices: dict[int, str]) -> str:
 
 
 def machine_key() -> str:
-    """What a measured choice depends on: the CPU, torch's version and threads, oneDNN."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags")):
-                cpu += "|" + line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    break
-    except OSError:
-        pass
-    parts = [cpu, torch.__version__, str(torch.get_num_threads()),
-             str(torch.backends.mkldnn.is_available()), str(TABLE_VERSION)]
+    """What a measured choice depends on: the CPU, torch's version and threads, oneDNN, and
+    whether the C kernel is built."""
+    parts = [native.cpu_description(), torch.__version__, str(torch.get_num_threads()),
+             str(torch.backends.mkldnn.is_available()), str(TABLE_VERSION),
+             str(native.library() is not None)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

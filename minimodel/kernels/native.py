@@ -1,0 +1,227 @@
+"""The decode product as a small C kernel (gemv.c), compiled on this machine at first use.
+
+`library()` builds minimodel/kernels/gemv.c with the C compiler it finds ($CC, else cc, gcc or
+clang) into $MINIMODEL_HOME/kernels/native/, once per source, compiler, flags and CPU, and loads
+it with ctypes; None where no compiler can build it (`status()` says why). It is one more way to
+write the product (minimodel/kernels/matmul.py), timed against the others like any of them, so a
+machine where it is slower never runs it. MINIMODEL_NATIVE=0 turns it off.
+
+- `pack(weight)`: W packed once into gemv.c's blocked layout (a copy; int8 weights of torchao keep
+  their per-row scales beside).
+- `gemv(x, packed, bias)`: y = x @ W.T (+ bias), x [rows, in] float32 or bfloat16.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from minimodel.home import minimodel_home, write_atomic
+
+SOURCE = Path(__file__).with_name("gemv.c")
+ABI = 2  # gemv.c's mm_abi()
+KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
+# tried in order: the first that compiles is used (Apple's clang has no -fopenmp; then one thread)
+FLAG_SETS = (("-O3", "-march=native", "-fopenmp"), ("-O3", "-march=native"),
+             ("-O3", "-fopenmp"), ("-O3",))
+COMPILE_TIMEOUT_S = 300
+PROFILER_LABEL = "minimodel::c_gemv"  # what torch.profiler calls a product of this kernel
+
+_status = "not loaded yet"
+
+
+def cpu_description() -> str:
+    """The CPU's model name and feature flags (what -march=native compiles for)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags", "Features")):
+                cpu += "|" + line.split(":", 1)[1].strip()
+                if line.startswith(("flags", "Features")):
+                    break
+    except OSError:
+        pass
+    return cpu
+
+
+def compiler() -> str | None:
+    """$CC, else the first of cc, gcc, clang on PATH."""
+    found = os.environ.get("CC")
+    if found:
+        return shutil.which(found.split()[0])
+    return next((p for p in map(shutil.which, ("cc", "gcc", "clang")) if p), None)
+
+
+def status() -> str:
+    """What `library()` found: how the kernel was built, or why there is none."""
+    library()
+    return _status
+
+
+def _build(cc: str, out: Path, flags_file: Path) -> tuple[str, ...] | str:
+    """Compile gemv.c into `out` with the first flag set that works, noting the flags in
+    `flags_file` first: the flags, or the compiler's last complaint."""
+    error = ""
+    for flags in FLAG_SETS:
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            target = Path(tmp) / out.name
+            try:
+                done = subprocess.run([cc, *flags, "-shared", "-fPIC", str(SOURCE), "-o",
+                                       str(target)], capture_output=True, text=True,
+                                      timeout=COMPILE_TIMEOUT_S)
+            except (OSError, subprocess.TimeoutExpired) as err:
+                return str(err)
+            if done.returncode == 0:
+                write_atomic(flags_file, " ".join(flags).encode())
+                os.replace(target, out)  # atomic: another process sees the whole file or none
+                return flags
+            error = (done.stderr.strip().splitlines() or ["exit " + str(done.returncode)])[-1]
+    return error
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """gemv.c built for this machine and loaded, or None (see `status()`)."""
+    global _status
+    if os.environ.get("MINIMODEL_NATIVE", "1") == "0":
+        _status = "off (MINIMODEL_NATIVE=0)"
+        return None
+    cc = compiler()
+    if cc is None:
+        _status = "no C compiler found (set CC, or install cc, gcc or clang)"
+        return None
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True,
+                                 timeout=60).stdout.splitlines()[:1]
+    except (OSError, subprocess.TimeoutExpired) as err:
+        _status = f"{cc} did not run: {err}"
+        return None
+    key = hashlib.sha256("\n".join([SOURCE.read_text(), cc, *version, cpu_description(),
+                                    repr(FLAG_SETS)]).encode()).hexdigest()[:16]
+    folder = minimodel_home() / "kernels" / "native"
+    path, flags_file = folder / f"gemv-{key}.so", folder / f"gemv-{key}.flags"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            flags = _build(cc, path, flags_file)
+            if isinstance(flags, str):
+                _status = f"{Path(cc).name} could not build gemv.c: {flags}"
+                return None
+        lib = ctypes.CDLL(str(path))
+    except OSError as err:
+        _status = f"could not build or load gemv.c: {err}"
+        return None
+    if lib.mm_abi() != ABI:
+        _status = f"{path} is of another version: delete it"
+        return None
+    lib.mm_gemv.restype = ctypes.c_int
+    lib.mm_gemv.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                            ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                            ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                            ctypes.c_int]
+    lib.mm_packed_bytes.restype = ctypes.c_size_t
+    lib.mm_packed_bytes.argtypes = [ctypes.c_int] * 4
+    lib.mm_pack.restype = None
+    lib.mm_pack.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                            ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    flags = flags_file.read_text().strip() if flags_file.exists() else "?"
+    _status = (f"built with {Path(cc).name} {flags}: {lib.mm_lanes()} float lanes, "
+               f"{'OpenMP threads' if '-fopenmp' in flags else 'one thread'}"
+               f"{', bfloat16 pair products (AVX512_BF16)' if lib.mm_has_pairs() else ''}")
+    return lib
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A weight in gemv.c's blocked layout: `data` (bytes), its kind and shape, whether it is
+    packed in pairs of inputs (AVX512_BF16's products: bfloat16 activations only), and for
+    int8 the per-row scales."""
+
+    data: torch.Tensor
+    kind: int
+    out_features: int
+    in_features: int
+    pairs: bool
+    scale: torch.Tensor | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel() + (0 if self.scale is None else self.scale.nbytes)
+
+
+def pack(weight: torch.Tensor, scale: torch.Tensor | None = None,
+         activations: torch.dtype | None = None) -> Packed:
+    """Pack a float32 or bfloat16 weight [out, in], or an int8 one with its per-row `scale`
+    (float32 or bfloat16, one per output row), for activations of dtype `activations` (default:
+    the weight's dtype; needed for int8)."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"the C kernel is not available: {_status}")
+    if weight.dim() != 2 or weight.dtype not in KINDS or weight.device.type != "cpu":
+        raise ValueError(f"pack takes a 2-D CPU float32, bfloat16 or int8 weight, got "
+                         f"{weight.dtype} {tuple(weight.shape)} on {weight.device}.")
+    if (weight.dtype == torch.int8) != (scale is not None):
+        raise ValueError("an int8 weight needs its per-row scale, and only an int8 one takes it.")
+    out_features, in_features = weight.shape
+    if scale is not None:
+        scale = scale.detach().reshape(-1).contiguous()
+        if scale.numel() != out_features or scale.dtype not in (torch.float32, torch.bfloat16):
+            raise ValueError(f"scale must hold {out_features} float32 or bfloat16 values, one "
+                             f"per output row; got {scale.dtype} {tuple(scale.shape)}.")
+    activations = activations or weight.dtype
+    if activations not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"activations must be float32 or bfloat16, got {activations}.")
+    weight = weight.detach().contiguous()
+    kind = KINDS[weight.dtype]
+    pairs = bool(lib.mm_has_pairs()) and activations == torch.bfloat16 and kind != 0
+    data = torch.empty(lib.mm_packed_bytes(kind, pairs, out_features, in_features),
+                       dtype=torch.uint8)
+    lib.mm_pack(weight.data_ptr(), kind, pairs, out_features, in_features, data.data_ptr(),
+                torch.get_num_threads())
+    return Packed(data, kind, out_features, in_features, pairs, scale)
+
+
+def gemv(x: torch.Tensor, packed: Packed, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W.T (* scale) (+ bias) for x [rows, in] float32 or bfloat16; y in x's dtype."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"the C kernel is not available: {_status}")
+    if (x.dim() != 2 or x.shape[1] != packed.in_features or x.shape[0] < 1
+            or x.dtype not in (torch.float32, torch.bfloat16) or x.device.type != "cpu"
+            or (packed.pairs and x.dtype != torch.bfloat16)):
+        want = "bfloat16" if packed.pairs else "float32 or bfloat16"
+        raise ValueError(f"gemv takes x [rows, {packed.in_features}] {want} on the CPU (as the "
+                         f"weight was packed for), got {x.dtype} {tuple(x.shape)} on "
+                         f"{x.device}.")
+    x = x.contiguous()
+    y = torch.empty(x.shape[0], packed.out_features, dtype=x.dtype)
+    if bias is not None:
+        bias = bias.detach().to(x.dtype).contiguous()
+    scale = packed.scale
+    if torch.autograd._profiler_enabled():  # the profiler sees the call as an op of its own
+        with torch.profiler.record_function(PROFILER_LABEL):
+            code = _call(lib, x, packed, scale, bias, y)
+    else:
+        code = _call(lib, x, packed, scale, bias, y)
+    if code:
+        raise ValueError(f"gemv.c refused its arguments (code {code}).")
+    return y
+
+
+def _call(lib: ctypes.CDLL, x: torch.Tensor, packed: Packed, scale: torch.Tensor | None,
+          bias: torch.Tensor | None, y: torch.Tensor) -> int:
+    return lib.mm_gemv(x.data_ptr(), KINDS[x.dtype], packed.data.data_ptr(), packed.kind,
+                       packed.pairs, None if scale is None else scale.data_ptr(),
+                       0 if scale is None else KINDS[scale.dtype],
+                       None if bias is None else bias.data_ptr(), y.data_ptr(), x.shape[0],
+                       packed.in_features, packed.out_features, torch.get_num_threads())

@@ -1,0 +1,173 @@
+"""The C kernel (minimodel/kernels/gemv.c): built once per machine, equal to the float64 product
+within float tolerance for every weight kind, row count and ragged shape, refused input refused
+clearly, and left out of the choice where no compiler can build it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from minimodel.engine.quantization import _torchao
+from minimodel.kernels import native
+from minimodel.kernels.matmul import FORMULATIONS, candidates
+
+pytestmark = pytest.mark.skipif(native.compiler() is None, reason="no C compiler on this machine")
+
+
+def lib():
+    found = native.library()
+    assert found is not None, native.status()
+    return found
+
+
+def data(out: int, inp: int, rows: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(out, inp, generator=g) / inp**0.5, torch.randn(rows, inp, generator=g),
+            torch.randn(out, generator=g))
+
+
+def int8(w: torch.Tensor, scale_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    scale = (w.abs().amax(1) / 127).to(scale_dtype)
+    return (w / scale.float()[:, None]).round().clamp(-128, 127).to(torch.int8), scale
+
+
+def test_it_builds_here_and_says_how():
+    lib()
+    assert native.status().startswith("built with ")
+    assert "float lanes" in native.status()
+
+
+# ragged shapes: outputs not a multiple of the 8 or 16 lanes, odd inputs (pairs are padded)
+SHAPES = [(1, 1), (37, 33), (300, 96), (1000, 255), (64, 1024)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("kind", ["float32", "bfloat16", "int8:float32", "int8:bfloat16"])
+def test_every_kind_computes_the_product(shape, kind):
+    out, inp = shape
+    for rows in (1, 2, 3, 4, 5, 8, 9, 17, 64):
+        w, x, bias = data(out, inp, rows, seed=rows)
+        act = torch.bfloat16 if kind.endswith("bfloat16") else torch.float32
+        x = x.to(act)
+        if kind.startswith("int8"):
+            q, scale = int8(w, act)
+            packed = native.pack(q, scale, act)
+            exact_w = q.double() * scale.double()[:, None]
+        else:
+            packed = native.pack(w.to(act))
+            exact_w = w.to(act).double()
+        for b in (None, bias.to(act)):
+            exact = x.double() @ exact_w.T + (0 if b is None else b.double())
+            got = native.gemv(x, packed, b)
+            assert got.shape == (rows, out) and got.dtype == act
+            # float32: sums in another order; bfloat16: one rounding of the float32 sum
+            tol = 1e-5 if act == torch.float32 else 2**-8
+            scale_of = exact.abs().amax().item() + 1
+            err = (got.double() - exact).abs().max().item()
+            assert err <= tol * scale_of, f"{kind} {shape} rows {rows}: {err}"
+
+
+def test_pairs_and_plain_layouts_agree():
+    w, x, _ = data(200, 130, 6)
+    w, x = w.to(torch.bfloat16), x.to(torch.bfloat16)
+    plain = native.pack(w, activations=torch.float32)  # no pairs: float sums of converted weights
+    assert not plain.pairs
+    paired = native.pack(w)
+    assert paired.pairs == bool(lib().mm_has_pairs())
+    a, b = native.gemv(x, plain), native.gemv(x, paired)
+    # bfloat16 products are exact in float32 either way: only the order of the sums differs
+    assert (a.float() - b.float()).abs().max().item() <= 2**-7 * a.float().abs().max().item()
+
+
+def test_the_result_does_not_depend_on_the_thread_count():
+    w, x, _ = data(4096, 256, 3)
+    packed = native.pack(w)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = native.gemv(x, packed)
+        torch.set_num_threads(max(2, threads))
+        many = native.gemv(x, packed)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, many), "each output is one thread's sum, in the same order"
+
+
+def test_bad_input_is_refused_and_says_what_to_pass():
+    w, x, _ = data(40, 24, 2)
+    packed = native.pack(w.to(torch.bfloat16))
+    before = packed.data.clone()
+    with pytest.raises(ValueError, match=r"x \[rows, 24\]"):
+        native.gemv(torch.randn(2, 25), native.pack(w))
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        native.gemv(x.double(), native.pack(w))
+    if packed.pairs:
+        with pytest.raises(ValueError, match="bfloat16 on the CPU"):
+            native.gemv(x, packed)  # float32 x on a weight packed for bfloat16 activations
+    with pytest.raises(ValueError, match="per-row scale"):
+        native.pack(w.to(torch.int8))
+    with pytest.raises(ValueError, match="one per output row"):
+        native.pack(w.to(torch.int8), torch.ones(39))
+    with pytest.raises(ValueError, match="2-D CPU"):
+        native.pack(w.double())
+    assert torch.equal(packed.data, before)
+    torch.testing.assert_close(native.gemv(x.to(torch.bfloat16), packed).float(),
+                               (x.to(torch.bfloat16) @ w.to(torch.bfloat16).T).float(),
+                               atol=2e-2, rtol=2e-2)
+
+
+def test_it_is_a_candidate_for_plain_and_int8_weights():
+    assert "c_gemv" in candidates(torch.randn(64, 32))
+    assert "c_gemv" in candidates(torch.randn(64, 32).to(torch.bfloat16))
+    assert "c_gemv" not in candidates(torch.randn(64, 32).half())
+    layer = torch.nn.Linear(64, 48, bias=False).to(torch.bfloat16)
+    ao = _torchao()
+    ao.quantize_(layer, ao.Int8WeightOnlyConfig())
+    w = layer.weight
+    assert "c_gemv" in candidates(w)
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    got = FORMULATIONS["c_gemv"].run(x, w, FORMULATIONS["c_gemv"].pack(w), None)
+    exact = x.double() @ (w.qdata.double() * w.scale.double().reshape(-1, 1)).T
+    assert (got.double() - exact).abs().max().item() <= 2**-8 * (exact.abs().max().item() + 1)
+
+
+PROBE = """
+import json, torch
+from minimodel.kernels import native
+from minimodel.kernels.matmul import candidates
+print(json.dumps({"status": native.status(), "candidates": candidates(torch.randn(8, 8))}))
+"""
+
+
+def probe(home, **env) -> dict:
+    run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "MINIMODEL_HOME": str(home), **env})
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_built_once_then_loaded_from_home(tmp_path):
+    first = probe(tmp_path)
+    built = list((tmp_path / "kernels" / "native").glob("gemv-*.so"))
+    assert first["status"].startswith("built with ") and len(built) == 1
+    stamp = built[0].stat().st_mtime_ns
+    second = probe(tmp_path)
+    assert second == first and built[0].stat().st_mtime_ns == stamp, "not rebuilt"
+    assert "c_gemv" in first["candidates"]
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"CC": "no-such-compiler"}, "no C compiler found"),
+    ({"CC": "false"}, "could not build gemv.c"),
+    ({"MINIMODEL_NATIVE": "0"}, "off (MINIMODEL_NATIVE=0)"),
+])
+def test_without_a_build_it_is_left_out_and_says_why(tmp_path, env, says):
+    found = probe(tmp_path, **env)
+    assert says in found["status"]
+    assert "c_gemv" not in found["candidates"] and "linear" in found["candidates"]
+    assert not list((tmp_path / "kernels" / "native").glob("gemv-*.so"))
