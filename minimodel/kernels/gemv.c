@@ -156,11 +156,37 @@ static void NAME##_##NB##_##RB(const void *xv, int in, const char *wp, vf *out) 
     for (int b = 0; b < NB; b++) for (int r = 0; r < RB; r++) out[b * RB + r] = (vf)acc[b][r]; \
 }
 /* for each RB of 1..8 rows: NB blocks at once (more blocks, fewer rows), and one block */
+/* NB_r: the blocks a kernel of r rows takes at once, as many running sums as the registers hold
+ * (32 vector registers with AVX-512, 16 with AVX2); GROUP: blocks per thread's task, a multiple
+ * of each */
+#if LANES == 16
+#define NB_1 8
+#define NB_2 4
+#define NB_3 4
+#define NB_4 4
+#define NB_5 2
+#define NB_6 2
+#define NB_7 2
+#define NB_8 2
+#define GROUP 8
+#else
+#define NB_1 4
+#define NB_2 2
+#define NB_3 2
+#define NB_4 2
+#define NB_5 1
+#define NB_6 1
+#define NB_7 1
+#define NB_8 1
+#define GROUP 4
+#endif
+static const int NBLOCKS[9] = {0, NB_1, NB_2, NB_3, NB_4, NB_5, NB_6, NB_7, NB_8};
 #define KERNELS(K, NAME, LOAD, S) \
-K(NAME, LOAD, S, 4, 1) K(NAME, LOAD, S, 2, 2) K(NAME, LOAD, S, 2, 3) K(NAME, LOAD, S, 2, 4) \
+K(NAME, LOAD, S, NB_1, 1) K(NAME, LOAD, S, NB_2, 2) K(NAME, LOAD, S, NB_3, 3) \
+K(NAME, LOAD, S, NB_4, 4) K(NAME, LOAD, S, NB_5, 5) K(NAME, LOAD, S, NB_6, 6) \
+K(NAME, LOAD, S, NB_7, 7) K(NAME, LOAD, S, NB_8, 8) \
 K(NAME, LOAD, S, 1, 1) K(NAME, LOAD, S, 1, 2) K(NAME, LOAD, S, 1, 3) K(NAME, LOAD, S, 1, 4) \
 K(NAME, LOAD, S, 1, 5) K(NAME, LOAD, S, 1, 6) K(NAME, LOAD, S, 1, 7) K(NAME, LOAD, S, 1, 8)
-#define NBLOCKS(rb) ((rb) == 1 ? 4 : (rb) <= 4 ? 2 : 1)
 KERNELS(KERNEL, kf, load_f32, 4)
 KERNELS(KERNEL, kh, load_bf16, 2)
 KERNELS(KERNEL, kb, load_i8, 1)
@@ -181,10 +207,10 @@ int mm_gemv(const void *x, int xk, const void *packed, int wk, int pairs, const 
         return 1;
     kfn many[9], one[9];
 #define SET(N) \
-    many[1] = N##_4_1; many[2] = N##_2_2; many[3] = N##_2_3; many[4] = N##_2_4; \
-    many[5] = one[5] = N##_1_5; many[6] = one[6] = N##_1_6; many[7] = one[7] = N##_1_7; \
-    many[8] = one[8] = N##_1_8; \
-    one[1] = N##_1_1; one[2] = N##_1_2; one[3] = N##_1_3; one[4] = N##_1_4;
+    many[1] = N##_NB_1_1; many[2] = N##_NB_2_2; many[3] = N##_NB_3_3; many[4] = N##_NB_4_4; \
+    many[5] = N##_NB_5_5; many[6] = N##_NB_6_6; many[7] = N##_NB_7_7; many[8] = N##_NB_8_8; \
+    one[1] = N##_1_1; one[2] = N##_1_2; one[3] = N##_1_3; one[4] = N##_1_4; \
+    one[5] = N##_1_5; one[6] = N##_1_6; one[7] = N##_1_7; one[8] = N##_1_8;
     /* x as the kernels read it: float32, or bfloat16 padded to even inputs for pairs */
     const int inp = pairs ? (in + 1) / 2 * 2 : in;
     void *xs = malloc((size_t)rows * inp * (pairs ? 2 : 4));
@@ -206,15 +232,15 @@ int mm_gemv(const void *x, int xk, const void *packed, int wk, int pairs, const 
     const size_t xrow = (size_t)inp * (pairs ? 2 : 4);
     const int blocks = (out + LANES - 1) / LANES, s = SIZE[wk];
     const size_t bstride = (size_t)inp * LANES * s;
-    const int group = 4;  /* blocks per task */
+    const int group = GROUP;
     const int tasks = (blocks + group - 1) / group;
-    if ((long)out * in < 32768) threads = 1;
+    if ((size_t)blocks * bstride < (384u << 10)) threads = 1;  /* waking a thread costs more */
     #pragma omp parallel for num_threads(threads) schedule(static)
     for (int t = 0; t < tasks; t++) {
-        vf acc[8];
+        vf acc[16];
         int b0 = t * group, b1 = b0 + group < blocks ? b0 + group : blocks;
         for (int r0 = 0; r0 < rows; r0 += 8) {
-            int rb = rows - r0 < 8 ? rows - r0 : 8, nb = NBLOCKS(rb);
+            int rb = rows - r0 < 8 ? rows - r0 : 8, nb = NBLOCKS[rb];
             for (int b = b0; b < b1;) {
                 int n = b + nb <= b1 ? nb : 1;
                 (n == 1 ? one : many)[rb]((const char *)xs + r0 * xrow, inp,

@@ -196,32 +196,35 @@ def gemv(x: torch.Tensor, packed: Packed, bias: torch.Tensor | None = None) -> t
     lib = library()
     if lib is None:
         raise RuntimeError(f"the C kernel is not available: {_status}")
-    if (x.dim() != 2 or x.shape[1] != packed.in_features or x.shape[0] < 1
-            or x.dtype not in (torch.float32, torch.bfloat16) or x.device.type != "cpu"
-            or (packed.pairs and x.dtype != torch.bfloat16)):
+    kind = KINDS.get(x.dtype, 2) if x.device.type == "cpu" else 2
+    if kind == 2 or x.dim() != 2 or x.shape[1] != packed.in_features or (packed.pairs
+                                                                        and kind != 1):
         want = "bfloat16" if packed.pairs else "float32 or bfloat16"
         raise ValueError(f"gemv takes x [rows, {packed.in_features}] {want} on the CPU (as the "
                          f"weight was packed for), got {x.dtype} {tuple(x.shape)} on "
                          f"{x.device}.")
+    rows = x.shape[0]
+    if rows == 0:
+        return x.new_empty(0, packed.out_features)
     x = x.contiguous()
-    y = torch.empty(x.shape[0], packed.out_features, dtype=x.dtype)
+    y = torch.empty(rows, packed.out_features, dtype=x.dtype)
     if bias is not None:
         bias = bias.detach().to(x.dtype).contiguous()
-    scale = packed.scale
     if torch.autograd._profiler_enabled():  # the profiler sees the call as an op of its own
         with torch.profiler.record_function(PROFILER_LABEL):
-            code = _call(lib, x, packed, scale, bias, y)
+            code = _call(lib, x, kind, packed, bias, y)
     else:
-        code = _call(lib, x, packed, scale, bias, y)
+        code = _call(lib, x, kind, packed, bias, y)
     if code:
         raise ValueError(f"gemv.c refused its arguments (code {code}).")
     return y
 
 
-def _call(lib: ctypes.CDLL, x: torch.Tensor, packed: Packed, scale: torch.Tensor | None,
+def _call(lib: ctypes.CDLL, x: torch.Tensor, kind: int, packed: Packed,
           bias: torch.Tensor | None, y: torch.Tensor) -> int:
-    return lib.mm_gemv(x.data_ptr(), KINDS[x.dtype], packed.data.data_ptr(), packed.kind,
-                       packed.pairs, None if scale is None else scale.data_ptr(),
+    scale = packed.scale
+    return lib.mm_gemv(x.data_ptr(), kind, packed.data.data_ptr(), packed.kind, packed.pairs,
+                       None if scale is None else scale.data_ptr(),
                        0 if scale is None else KINDS[scale.dtype],
                        None if bias is None else bias.data_ptr(), y.data_ptr(), x.shape[0],
                        packed.in_features, packed.out_features, torch.get_num_threads())
