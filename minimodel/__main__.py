@@ -224,13 +224,16 @@ def info_rows() -> list[tuple[str, str]]:
 def kernel_rows() -> list[tuple[str, str]]:
     """What this machine's kernel table holds: per weight shape and kind, the product chosen
     for each row bucket (minimodel/kernels/matmul.py; measured when an LLM first starts)."""
+    from minimodel.kernels import native
     from minimodel.kernels.matmul import KernelTable, describe_choices
 
     table = KernelTable()
+    c_kernel = ("c kernel", f"gemv.c {native.status()}")
     if not table.choices:
-        return [("cpu kernels", f"none measured yet for this CPU and thread count ({table.path} "
-                                "is written when an LLM first starts on the CPU)")]
-    rows = [("cpu kernels", f"{table.path} (delete it to measure again)")]
+        return [c_kernel, ("cpu kernels", f"none measured yet for this CPU and thread count "
+                                          f"({table.path} is written when an LLM first starts "
+                                          "on the CPU)")]
+    rows = [c_kernel, ("cpu kernels", f"{table.path} (delete it to measure again)")]
     for key, choices in sorted(table.choices.items()):
         rows.append(("", f"{key}: {describe_choices({int(b): n for b, n in choices.items()})}"))
     return rows

@@ -9,6 +9,7 @@ import torch
 from checkpoints import CONFIGS
 
 from minimodel import bench
+from minimodel.kernels import native
 
 
 def test_make_requests_is_seeded_and_in_range():
@@ -76,6 +77,9 @@ def test_bench_card_measures_the_ceiling_and_ends_with_json(small_checkpoint, tm
     o = card["overhead"]
     assert o["step_inline_s"] > 0 and o["step_model_forward_s"] > 0
     assert o["paired_tokens"] == 2 * o["steps"]  # every one of those steps decoded a token
+    if native.library() is not None and any("c_gemv" in line for line in card["kernel_choices"]):
+        assert o["step_c_kernel_s"] > 0 and o["step_without_c_kernel_s"] > 0
+        assert o["c_kernel_layers"] > 0 and o["c_paired_tokens"] == 2 * o["steps"]
     assert list(report["cards"]) == ["float32", "bfloat16"]
     prefix = report["prefix"]  # workloads P, small, in the first format
     assert prefix["format"] == "float32" and prefix["P1"]["same_tokens"]

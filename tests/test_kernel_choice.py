@@ -111,7 +111,7 @@ def test_time_formulations_times_each_name_and_the_table_keeps_the_fastest(monke
     # the table keeps, per bucket, the name with the fewest seconds
     fake = {"linear": 3.0, "matmul_t": 1.0, "mkldnn": 2.0, "c_gemv": 1.5}
     monkeypatch.setattr(matmul, "time_formulations",
-                        lambda w, rows, names, repeats, packed: {n: fake[n] for n in names})
+                        lambda w, rows, names, repeats, packed, cold: {n: fake[n] for n in names})
     table = KernelTable()
     chosen = table.measure(w)
     assert chosen == dict.fromkeys(ROW_BUCKETS, "matmul_t")
@@ -162,7 +162,7 @@ def test_a_busy_sitting_costs_nothing_once_the_second_one_is_taken(monkeypatch):
 
     def timings(times):
         monkeypatch.setattr(matmul, "time_formulations",
-                            lambda w, rows, names, repeats, packed: {n: times[n] for n in names})
+                            lambda w, rows, names, repeats, packed, cold: {n: times[n] for n in names})
 
     for first, second in ((busy, quiet), (quiet, busy)):
         now = [1000.0]
@@ -248,12 +248,29 @@ def test_off_the_cpu_nothing_is_bound():
 def test_info_lists_the_choices(capsys):
     from minimodel.__main__ import kernel_rows
 
-    assert "none measured yet" in kernel_rows()[0][1]
+    assert kernel_rows()[0] == ("c kernel", f"gemv.c {native.status()}")
+    assert "none measured yet" in kernel_rows()[1][1]
     mm.LLM("tiny", num_pages=8, skip_tokenizer_init=True)
     rows = kernel_rows()
-    assert str(KernelTable().path) in rows[0][1]
-    assert any("151936x64:float32: " in value and "rows" in value for _, value in rows[1:])
+    assert str(KernelTable().path) in rows[1][1]
+    assert any("151936x64:float32: " in value and "rows" in value for _, value in rows[2:])
 
 
 def test_home_is_this_tests_own():
     assert os.environ["MINIMODEL_HOME"].endswith("home")
+
+
+def test_timings_read_copies_of_w_that_no_cache_holds():
+    w = weight(256, 128, torch.float32)  # 128 KiB: 512 copies would pass 64 MiB; at most MAX
+    names = candidates(w)
+    packed: dict[str, object] = {}
+    weights, packs = matmul.cold_set(w, names, packed)
+    assert weights[0] is w
+    assert len(weights) == min(matmul.MAX_COPIES, matmul.COLD_BYTES // w.nbytes)
+    assert len({t.data_ptr() for t in weights}) == len(weights), "each copy its own memory"
+    assert all(torch.equal(t, w) for t in weights)
+    for name in names:
+        assert len(packs[name]) == len(weights)
+        assert packs[name][0] is packed.get(name), "W's own pack, kept for the layer"
+    big = weight(8192, 4096, torch.float32)  # 128 MiB: W alone
+    assert len(matmul.cold_set(big, ["linear"])[0]) == 1

@@ -233,6 +233,12 @@ def format_card(c: dict[str, Any], machine_info: dict[str, Any]) -> str:
             f" ms; the same steps through the model's own forward, taking turns with them: "
             f"{o['step_model_forward_s'] * 1e3:.2f} ms "
             f"({1 - o['step_inline_s'] / o['step_model_forward_s']:.0%} less)")
+    if "step_c_kernel_s" in o:
+        lines.append(
+            f"{'':11s}with the C kernel where chosen ({o['c_kernel_layers']} layers): "
+            f"{o['step_c_kernel_s'] * 1e3:.2f} ms; with the next fastest formulation in its "
+            f"place, taking turns: {o['step_without_c_kernel_s'] * 1e3:.2f} ms "
+            f"({1 - o['step_c_kernel_s'] / o['step_without_c_kernel_s']:.0%} less)")
     top = ", ".join(f"{name} {s * 1e3:.2f}" for name, s in o["top_other_ops_s"].items())
     lines.append(f"{'':11s}the rest: {o['other_ops_s'] * 1e3:.2f} ms in other torch calls "
                  f"({top}), {o['outside_ops_s'] * 1e3:.2f} ms between calls (Python, scheduler)")

@@ -31,7 +31,9 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from minimodel.bench.runners import greedy
 from minimodel.bench.workloads import make_requests
 from minimodel.engine import LLM
+from minimodel.engine.quantization import linear_layers
 from minimodel.kernels import native
+from minimodel.kernels.matmul import LinearKernels
 
 PRODUCT_OPS = frozenset({
     "aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::mv",
@@ -78,15 +80,36 @@ def split_events(events: list[FunctionEvent]) -> tuple[dict[str, float], dict[st
     return total, others
 
 
+def kernels_without(llm: LLM, name: str) -> list[tuple[Any, LinearKernels, LinearKernels]]:
+    """(layer, its kernels, the same layer's kernels without formulation `name`) for every
+    layer whose choice uses `name`: where it was chosen, the next fastest of the same timings
+    (`llm.kernel_choices`' seconds) takes its place."""
+    by_layer = {layer: c for c in llm.kernel_choices for layer in c.layers}
+    swaps = []
+    for layer, module in linear_layers(llm.model):
+        kernels, choice = module.kernels, by_layer.get(layer)
+        if kernels is None or choice is None or name not in kernels.choices.values():
+            continue
+        others = {}
+        for bucket, chosen in kernels.choices.items():
+            timed = {n: t for n, t in choice.seconds.get(str(bucket), {}).items() if n != name}
+            others[bucket] = chosen if chosen != name else min(timed, key=timed.__getitem__,
+                                                               default="linear")
+        swaps.append((module, kernels, LinearKernels(module.weight, others)))
+    return swaps
+
+
 def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
                  seed: int = 7) -> dict[str, Any]:
     """Profile `steps` batch-1 decode steps of one request (prompt_len tokens, greedy) after
     timing as many without the profiler -> seconds per step in each part, and the overhead.
     Where decode steps run the inlined forward (`llm.runner.inline`, engine/lean_decode.py),
     `steps` more pairs of steps, one with it and one with the model's own forward, taking
-    turns: the median of each (`step_inline_s`, `step_model_forward_s`)."""
+    turns: the median of each (`step_inline_s`, `step_model_forward_s`). Where layers chose the
+    C kernel (kernels/native.py), `steps` more pairs, with it and with the next fastest
+    formulation in its place (`step_c_kernel_s`, `step_without_c_kernel_s`)."""
     prompt = make_requests(1, (prompt_len, prompt_len), (1, 1), seed, vocab)[0].prompt
-    rid = llm.add_request(prompt, greedy(4 * steps + 4))  # 2 + steps + steps + 2 * steps
+    rid = llm.add_request(prompt, greedy(6 * steps + 4))  # 2 + steps + steps + 2 + 2 steps
     try:
         llm.step()  # the prefill
         llm.step()  # a first decode step, untimed
@@ -114,6 +137,22 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
             finally:
                 llm.runner.inline = inline
             paired_tokens = seq.num_output_tokens - before
+        swaps = kernels_without(llm, "c_gemv")
+        by_kernel: dict[str, list[float]] = {"c": [], "without": []}
+        if swaps and seq is not None:  # the C kernel against the next fastest, step by step
+            before = seq.num_output_tokens
+            try:
+                for _ in range(steps):
+                    for path in by_kernel:
+                        for module, mine, other in swaps:
+                            module.kernels = mine if path == "c" else other
+                        start = time.perf_counter()
+                        llm.step()
+                        by_kernel[path].append(time.perf_counter() - start)
+            finally:
+                for module, mine, _ in swaps:
+                    module.kernels = mine
+            c_paired_tokens = seq.num_output_tokens - before
     finally:
         llm.abort(rid)
     part, others = split_events(prof.events())
@@ -131,4 +170,8 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
             "step_model_forward_s": statistics.median(by_path["model"]),
             "paired_tokens": paired_tokens}  # each of those steps decoded one token
            if by_path["inline"] else {}),
+        **({"step_c_kernel_s": statistics.median(by_kernel["c"]),
+            "step_without_c_kernel_s": statistics.median(by_kernel["without"]),
+            "c_kernel_layers": len(swaps), "c_paired_tokens": c_paired_tokens}
+           if by_kernel["c"] else {}),
     }

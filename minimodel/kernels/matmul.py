@@ -39,7 +39,10 @@ ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 # A choice is measured at a first start and once more at a start at least this long after (each
 # formulation keeping its best time of both sittings): a busy moment during one costs nothing.
 SECOND_SITTING_AFTER_S = 600.0
-TABLE_VERSION = 4  # bump when the formulations or the measurement change: old choices go
+# Timings read W from memory, not from the caches: copies of W in turn, at least this many bytes
+COLD_BYTES = 64 * 2**20
+MAX_COPIES = 512
+TABLE_VERSION = 5  # bump when the formulations or the measurement change: old choices go
 
 
 def row_bucket(rows: int) -> int | None:
@@ -150,19 +153,25 @@ def _c_gemv_if(dtype: torch.dtype, ok: bool) -> list[str]:
 
 
 def time_formulations(weight: torch.Tensor, rows: int, names: list[str], repeats: int = 5,
-                      packed: dict[str, object] | None = None) -> dict[str, float]:
+                      packed: dict[str, object] | None = None, cold: ColdSet | None = None
+                      ) -> dict[str, float]:
     """Seconds of one product with `rows` rows for each formulation: the fastest of `repeats`,
     the formulations taking turns so that a busy moment slows them all alike (a product of
-    microseconds is timed as the mean of enough calls to last about a millisecond)."""
+    microseconds is timed as the mean of enough calls to last about a millisecond).
+
+    Each call reads a weight from memory, as in a decode step, where every layer's weights were
+    last read a whole step ago: products run in turn on enough copies of W (each with its own
+    prepacked form) to pass COLD_BYTES, more than a CPU's caches hold (`cold`: made once for
+    several calls by `cold_set`). Timed on one W that stays in the caches, a product looks several
+    times faster than it is, and one that does more arithmetic per byte (a few rows through a
+    kernel that converts every weight) looks best."""
     dtype = weight.dtype  # the activations' (a quantized weight reports its model's dtype)
     generator = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, weight.shape[1], generator=generator).to(dtype)
-    packed = dict(packed or {})
-    for name in names:
-        pack = FORMULATIONS[name].pack
-        if name not in packed and pack is not None:
-            packed[name] = pack(weight)
+    weights, packs = cold or cold_set(weight, names, packed)
+    packed = {name: packs[name][0] for name in names}
     best = dict.fromkeys(names, float("inf"))
+    turn = 0  # the next copy to read
     with torch.inference_mode():
         for name in names:  # warm-up: first calls allocate and pick code paths
             FORMULATIONS[name].run(x, weight, packed.get(name), None)
@@ -173,12 +182,36 @@ def time_formulations(weight: torch.Tensor, rows: int, names: list[str], repeats
         calls = max(1, min(100, int(1e-3 / max(time.perf_counter() - start, 1e-6))))
         for _ in range(repeats):
             for name in names:
-                run, p = FORMULATIONS[name].run, packed.get(name)
+                run, mine = FORMULATIONS[name].run, packs[name]
                 start = time.perf_counter()
-                for _ in range(calls):
-                    run(x, weight, p, None)
+                for k in range(turn, turn + calls):
+                    run(x, weights[k % len(weights)], mine[k % len(weights)], None)
                 best[name] = min(best[name], (time.perf_counter() - start) / calls)
+                turn += calls
     return best
+
+
+ColdSet = tuple[list[torch.Tensor], dict[str, list[object]]]
+
+
+def cold_set(weight: torch.Tensor, names: list[str], packed: dict[str, object] | None = None
+             ) -> ColdSet:
+    """W and enough copies of it to hold COLD_BYTES between them (at most MAX_COPIES), and each
+    formulation's prepacked form of each (W's own from `packed` when there, else packed now and
+    added to it)."""
+    packed = {} if packed is None else packed
+    for name in names:
+        pack = FORMULATIONS[name].pack
+        if name not in packed and pack is not None:
+            packed[name] = pack(weight)
+    inner = getattr(weight, "qdata", weight)  # a quantized weight: its integers' bytes
+    nbytes = inner.numel() * inner.element_size()
+    n = min(MAX_COPIES, -(-COLD_BYTES // max(nbytes, 1)))
+    weights = [weight] + [weight.detach().clone() for _ in range(n - 1)]
+    packs = {name: [packed.get(name)] + [FORMULATIONS[name].pack(w)  # type: ignore[misc]
+                                         if FORMULATIONS[name].pack else None
+                                         for w in weights[1:]] for name in names}
+    return weights, packs
 
 
 class LinearKernels:
@@ -295,16 +328,14 @@ class KernelTable:
         into `packed`, when given, for the layer to keep."""
         names = candidates(weight)
         packed = {} if packed is None else packed
-        for n in names:
-            if FORMULATIONS[n].pack and n not in packed:
-                packed[n] = FORMULATIONS[n].pack(weight)  # type: ignore[misc]
+        cold = cold_set(weight, names, packed)  # fills `packed` with W's own packs
         key = self.key(weight)
         first = self.sittings.get(key, [])
         second = len(first) == 1 and key in self.seconds  # this is the second sitting
         before = self.seconds[key] if second else {}
         chosen, seconds = {}, {}
         for bucket in ROW_BUCKETS:
-            times = time_formulations(weight, bucket, names, repeats, packed)
+            times = time_formulations(weight, bucket, names, repeats, packed, cold)
             earlier = before.get(str(bucket), {})
             times = {n: min(t, earlier.get(n, t)) for n, t in times.items()}  # best of both
             chosen[bucket] = min(times, key=times.__getitem__)
