@@ -177,8 +177,8 @@ def test_the_card_times_steps_with_and_without_it_taking_turns():
     """bench/overhead.py swaps each layer that chose the C kernel for the next fastest of the
     same timings, and times steps both ways; the tokens go on from one step to the next."""
     import minimodel as mm
-    from minimodel.bench.overhead import kernels_without, step_profile
-    from minimodel.engine.kernel_choice import KernelChoice
+    from minimodel.bench.overhead import step_profile
+    from minimodel.engine.kernel_choice import KernelChoice, capturable_kernels, kernels_without
     from minimodel.engine.quantization import linear_layers
     from minimodel.kernels.matmul import ROW_BUCKETS, LinearKernels
 
@@ -187,12 +187,15 @@ def test_the_card_times_steps_with_and_without_it_taking_turns():
     layers = linear_layers(llm.model)
     for _, module in layers:
         module.kernels = LinearKernels(module.weight, dict.fromkeys(ROW_BUCKETS, "c_gemv"))
-    llm.kernel_choices = [KernelChoice((1, 1), "float32", [name for name, _ in layers],
-                                       dict.fromkeys(ROW_BUCKETS, "c_gemv"), True, seconds)]
-    swaps = kernels_without(llm, "c_gemv")
+    llm.model.kernel_choices = [KernelChoice((1, 1), "float32", [name for name, _ in layers],
+                                             dict.fromkeys(ROW_BUCKETS, "c_gemv"), True, seconds)]
+    swaps = kernels_without(llm.model, {"c_gemv"})
     assert len(swaps) == len(layers)
     assert all(set(other.choices.values()) == {"matmul_t"} for _, _, other in swaps)
     o = step_profile(llm, steps=2, prompt_len=8, vocab=llm.model.cfg.vocab_size)
     assert o["step_c_kernel_s"] > 0 and o["step_without_c_kernel_s"] > 0
     assert o["c_kernel_layers"] == len(layers) and o["c_paired_tokens"] == 4
     assert all(module.kernels is mine for module, mine, _ in swaps), "put back"
+    # a CUDA graph records torch ops: before a capture the C kernel gives way to the next fastest
+    capturable_kernels(llm.model)
+    assert all(set(module.kernels.choices.values()) == {"matmul_t"} for _, module in layers)

@@ -31,9 +31,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from minimodel.bench.runners import greedy
 from minimodel.bench.workloads import make_requests
 from minimodel.engine import LLM
-from minimodel.engine.quantization import linear_layers
+from minimodel.engine.kernel_choice import kernels_without
 from minimodel.kernels import native
-from minimodel.kernels.matmul import LinearKernels
 
 PRODUCT_OPS = frozenset({
     "aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::mv",
@@ -80,25 +79,6 @@ def split_events(events: list[FunctionEvent]) -> tuple[dict[str, float], dict[st
     return total, others
 
 
-def kernels_without(llm: LLM, name: str) -> list[tuple[Any, LinearKernels, LinearKernels]]:
-    """(layer, its kernels, the same layer's kernels without formulation `name`) for every
-    layer whose choice uses `name`: where it was chosen, the next fastest of the same timings
-    (`llm.kernel_choices`' seconds) takes its place."""
-    by_layer = {layer: c for c in llm.kernel_choices for layer in c.layers}
-    swaps = []
-    for layer, module in linear_layers(llm.model):
-        kernels, choice = module.kernels, by_layer.get(layer)
-        if kernels is None or choice is None or name not in kernels.choices.values():
-            continue
-        others = {}
-        for bucket, chosen in kernels.choices.items():
-            timed = {n: t for n, t in choice.seconds.get(str(bucket), {}).items() if n != name}
-            others[bucket] = chosen if chosen != name else min(timed, key=timed.__getitem__,
-                                                               default="linear")
-        swaps.append((module, kernels, LinearKernels(module.weight, others)))
-    return swaps
-
-
 def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
                  seed: int = 7) -> dict[str, Any]:
     """Profile `steps` batch-1 decode steps of one request (prompt_len tokens, greedy) after
@@ -137,7 +117,7 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
             finally:
                 llm.runner.inline = inline
             paired_tokens = seq.num_output_tokens - before
-        swaps = kernels_without(llm, "c_gemv")
+        swaps = kernels_without(llm.model, {"c_gemv"})
         by_kernel: dict[str, list[float]] = {"c": [], "without": []}
         if swaps and seq is not None:  # the C kernel against the next fastest, step by step
             before = seq.num_output_tokens

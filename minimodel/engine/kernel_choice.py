@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from torch import nn
 
 from minimodel.engine.quantization import linear_layers
-from minimodel.kernels.matmul import KernelTable, LinearKernels, candidates, describe_choices
+from minimodel.kernels.matmul import (
+    FORMULATIONS,
+    KernelTable,
+    LinearKernels,
+    candidates,
+    describe_choices,
+)
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,35 @@ def choose_kernels(model: nn.Module, table: KernelTable | None = None) -> list[K
     if changed:
         table.save()
     return report
+
+
+def kernels_without(model: nn.Module, names: set[str]
+                    ) -> list[tuple[nn.Module, LinearKernels, LinearKernels]]:
+    """(layer, its kernels, its kernels without the formulations `names`) for every layer whose
+    choice uses one of them: where one was chosen, the fastest other of the same timings
+    (`model.kernel_choices`' seconds) takes its place."""
+    by_layer = {layer: c for c in getattr(model, "kernel_choices", []) for layer in c.layers}
+    swaps = []
+    for layer, module in linear_layers(model):
+        kernels, choice = module.kernels, by_layer.get(layer)
+        if kernels is None or choice is None or not names & set(kernels.choices.values()):
+            continue
+        others = {}
+        for bucket, chosen in kernels.choices.items():
+            timed = {n: t for n, t in choice.seconds.get(str(bucket), {}).items()
+                     if n not in names}
+            others[bucket] = (chosen if chosen not in names
+                              else min(timed, key=timed.__getitem__, default="linear"))
+        swaps.append((module, kernels, LinearKernels(module.weight, others)))
+    return swaps
+
+
+def capturable_kernels(model: nn.Module) -> None:
+    """Rebind every layer that chose a formulation a CUDA graph cannot capture (the C kernel)
+    to the fastest one it can (CPU only: on CUDA nothing is bound)."""
+    names = {n for n, f in FORMULATIONS.items() if not f.capturable}
+    for module, _, other in kernels_without(model, names):
+        module.kernels = other
 
 
 def unbind_kernels(model: nn.Module) -> None:

@@ -22,7 +22,7 @@ from minimodel.engine.attention import (
 )
 from minimodel.engine.config import EngineConfig
 from minimodel.engine.cuda_graph import CUDAGraphRunner
-from minimodel.engine.kernel_choice import choose_kernels
+from minimodel.engine.kernel_choice import capturable_kernels, choose_kernels
 from minimodel.engine.kv_cache import KVCache
 from minimodel.engine.lean_decode import InlineDecoder
 from minimodel.engine.model import PackedQwen3ForCausalLM
@@ -79,6 +79,7 @@ class ModelRunner:
     def capture_cuda_graphs(self) -> None:
         """Capture decode graphs (CUDA + flashinfer backend only), padding with the page
         after the requests' pages."""
+        capturable_kernels(self.model)  # a graph records torch ops, not a call into C
         with torch.inference_mode():
             self.graphs = CUDAGraphRunner(self.model, self.backend, self.config.max_num_seqs,
                                           self.config.num_pages)

@@ -106,12 +106,14 @@ def _c_gemv(x: torch.Tensor, w: torch.Tensor, packed: object, bias: torch.Tensor
 @dataclass(frozen=True)
 class Formulation:
     """One way to write y = x @ W.T (+ bias): `run(x, W, packed, bias)`, with `pack(W)` done
-    once when the layer is bound (None: nothing to prepare)."""
+    once when the layer is bound (None: nothing to prepare). `capturable`: made of torch ops
+    only, so that a CUDA graph's capture records it (a call into foreign code is not)."""
 
     name: str
     run: Callable[..., torch.Tensor]
     pack: Callable[[torch.Tensor], object] | None
     about: str
+    capturable: bool = True
 
 
 FORMULATIONS = {f.name: f for f in (
@@ -122,7 +124,8 @@ FORMULATIONS = {f.name: f for f in (
     Formulation("int8pack", _int8pack, _pack_int8,
                 "aten._weight_int8pack_mm on torchao's int8 weight and per-row scales"),
     Formulation("c_gemv", _c_gemv, _pack_c,
-                "a C kernel built on this machine, on W prepacked into blocks of output rows"),
+                "a C kernel built on this machine, on W prepacked into blocks of output rows",
+                capturable=False),
 )}
 
 
