@@ -162,7 +162,8 @@ def test_a_busy_sitting_costs_nothing_once_the_second_one_is_taken(monkeypatch):
 
     def timings(times):
         monkeypatch.setattr(matmul, "time_formulations",
-                            lambda w, rows, names, repeats, packed, cold: {n: times[n] for n in names})
+                            lambda w, rows, names, repeats, packed, cold: {
+                                n: times[n] for n in names})
 
     for first, second in ((busy, quiet), (quiet, busy)):
         now = [1000.0]
