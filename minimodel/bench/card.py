@@ -233,9 +233,14 @@ def format_card(c: dict[str, Any], machine_info: dict[str, Any]) -> str:
             f" ms; the same steps through the model's own forward, taking turns with them: "
             f"{o['step_model_forward_s'] * 1e3:.2f} ms "
             f"({1 - o['step_inline_s'] / o['step_model_forward_s']:.0%} less)")
+    if "step_native_s" in o:
+        lines.append(
+            f"{'':11s}decode steps in one call into C (engine/native_decode.py): "
+            f"{o['step_native_s'] * 1e3:.2f} ms, taking turns with the inlined ones "
+            f"({1 - o['step_native_s'] / o['step_inline_s']:.0%} less)")
     if "step_c_kernel_s" in o:
         lines.append(
-            f"{'':11s}with the C kernel where chosen ({o['c_kernel_layers']} layers): "
+            f"{'':11s}inlined, with the C kernel where chosen ({o['c_kernel_layers']} layers): "
             f"{o['step_c_kernel_s'] * 1e3:.2f} ms; with the next fastest formulation in its "
             f"place, taking turns: {o['step_without_c_kernel_s'] * 1e3:.2f} ms "
             f"({1 - o['step_c_kernel_s'] / o['step_without_c_kernel_s']:.0%} less)")

@@ -6,7 +6,10 @@ encloses (so aten::linear -> aten::addmm counts once), from whichever formulatio
 was bound to: F.linear (aten::linear, aten::matmul, aten::mm, aten::addmm, aten::mv), oneDNN's
 prepacked product (mkldnn::_linear_pointwise), the int8 / int4 weight kernels
 (aten::_weight_int8pack_mm, aten::_weight_int4pack_mm*) and the C kernel built on this machine
-(minimodel::c_gemv, labelled by minimodel/kernels/native.py). Attention is the
+(minimodel::c_gemv, labelled by minimodel/kernels/native.py). A decode step that runs in C
+in one call (minimodel::c_decode, engine/native_decode.py) is one call to the profiler: its
+products are the seconds decode.c measured around each of them (clock_gettime), and the rest of
+that call (norms, RoPE, the K/V writes, attention) counts as overhead. Attention is the
 scaled_dot_product_attention call. Everything else in a step is overhead: norms, RoPE, SiLU,
 the KV writes and page gathers, the metadata, the sampler (a log_softmax over the vocabulary),
 the scheduler and Python. The report splits it into torch calls (the largest named) and the
@@ -32,6 +35,7 @@ from minimodel.bench.runners import greedy
 from minimodel.bench.workloads import make_requests
 from minimodel.engine import LLM
 from minimodel.engine.kernel_choice import kernels_without
+from minimodel.engine.native_decode import PROFILER_LABEL as NATIVE_LABEL
 from minimodel.kernels import native
 
 PRODUCT_OPS = frozenset({
@@ -79,17 +83,43 @@ def split_events(events: list[FunctionEvent]) -> tuple[dict[str, float], dict[st
     return total, others
 
 
+def _take_turns(llm: LLM, seq: Any, setups: dict[str, Any], steps: int
+                ) -> tuple[dict[str, float], int]:
+    """`steps` rounds of one decode step per setup, taking turns: `setups[name](on)` sets
+    the engine up for that name (on=True) and back (on=False) -> ({name: median seconds},
+    tokens decoded meanwhile)."""
+    times: dict[str, list[float]] = {name: [] for name in setups}
+    before = seq.num_output_tokens
+    for _ in range(steps):
+        for name, setup in setups.items():
+            setup(True)
+            try:
+                start = time.perf_counter()
+                llm.step()
+                times[name].append(time.perf_counter() - start)
+            finally:
+                setup(False)
+    return ({name: statistics.median(t) for name, t in times.items()},
+            seq.num_output_tokens - before)
+
+
 def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
                  seed: int = 7) -> dict[str, Any]:
     """Profile `steps` batch-1 decode steps of one request (prompt_len tokens, greedy) after
     timing as many without the profiler -> seconds per step in each part, and the overhead.
-    Where decode steps run the inlined forward (`llm.runner.inline`, engine/lean_decode.py),
-    `steps` more pairs of steps, one with it and one with the model's own forward, taking
-    turns: the median of each (`step_inline_s`, `step_model_forward_s`). Where layers chose the
-    C kernel (kernels/native.py), `steps` more pairs, with it and with the next fastest
-    formulation in its place (`step_c_kernel_s`, `step_without_c_kernel_s`)."""
+    Where a step runs in C (`llm.runner.native`, engine/native_decode.py), its products are
+    the seconds it measured inside them. Then, each `steps` rounds taking turns, the median
+    step of each path: where decode steps run inlined (`llm.runner.inline`,
+    engine/lean_decode.py), inlined against the model's own forward (`step_inline_s`,
+    `step_model_forward_s`), and where they also run in C, against those (`step_native_s`);
+    where layers chose the C kernel (kernels/native.py), with it and with the next fastest
+    formulation in its place, both in the inlined step (`step_c_kernel_s`,
+    `step_without_c_kernel_s`)."""
     prompt = make_requests(1, (prompt_len, prompt_len), (1, 1), seed, vocab)[0].prompt
-    rid = llm.add_request(prompt, greedy(6 * steps + 4))  # 2 + steps + steps + 2 + 2 steps
+    rid = llm.add_request(prompt, greedy(8 * steps + 4))  # 2 + steps + steps + 3 + 2 steps
+    runner = llm.runner
+    inline, nat = getattr(runner, "inline", None), getattr(runner, "native", None)
+    native_products_s = 0.0
     try:
         llm.step()  # the prefill
         llm.step()  # a first decode step, untimed
@@ -98,44 +128,44 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
             start = time.perf_counter()
             llm.step()
             times.append(time.perf_counter() - start)
+        before = 0.0 if nat is None else nat.product_s
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(steps):
                 with record_function(STEP_LABEL):
                     llm.step()
-        inline = getattr(llm.runner, "inline", None)
-        by_path: dict[str, list[float]] = {"inline": [], "model": []}
-        seq, paired_tokens = llm.get_request(rid), 0
-        if inline is not None and seq is not None:  # the inlined decode step against the
-            before = seq.num_output_tokens  # model's own forward, taking turns step by step
-            try:
-                for _ in range(steps):
-                    for path in by_path:
-                        llm.runner.inline = inline if path == "inline" else None
-                        start = time.perf_counter()
-                        llm.step()
-                        by_path[path].append(time.perf_counter() - start)
-            finally:
-                llm.runner.inline = inline
-            paired_tokens = seq.num_output_tokens - before
+        native_products_s = 0.0 if nat is None else nat.product_s - before
+        seq, paired_tokens, by_path = llm.get_request(rid), 0, {}
+        if inline is not None and seq is not None:  # the decode paths, step by step
+
+            def path(use_native: bool, use_inline: bool) -> Any:
+                def setup(on: bool) -> None:
+                    runner.native = nat if not on or use_native else None
+                    runner.inline = inline if not on or use_inline else None
+                return setup
+
+            setups = {"inline": path(False, True), "model": path(False, False)}
+            if nat is not None:
+                setups["native"] = path(True, True)
+            by_path, paired_tokens = _take_turns(llm, seq, setups, steps)
         swaps = kernels_without(llm.model, {"c_gemv"})
-        by_kernel: dict[str, list[float]] = {"c": [], "without": []}
+        by_kernel, c_paired_tokens = {}, 0
         if swaps and seq is not None:  # the C kernel against the next fastest, step by step
-            before = seq.num_output_tokens
-            try:
-                for _ in range(steps):
-                    for path in by_kernel:
-                        for module, mine, other in swaps:
-                            module.kernels = mine if path == "c" else other
-                        start = time.perf_counter()
-                        llm.step()
-                        by_kernel[path].append(time.perf_counter() - start)
-            finally:
-                for module, mine, _ in swaps:
-                    module.kernels = mine
-            c_paired_tokens = seq.num_output_tokens - before
+
+            def kernels(use_c: bool) -> Any:
+                def setup(on: bool) -> None:
+                    runner.native = None if on else nat  # the products one by one
+                    for module, mine, other in swaps:
+                        module.kernels = mine if not on or use_c else other
+                return setup
+
+            by_kernel, c_paired_tokens = _take_turns(
+                llm, seq, {"c": kernels(True), "without": kernels(False)}, steps)
     finally:
         llm.abort(rid)
     part, others = split_events(prof.events())
+    if native_products_s:  # the products inside the C steps, as they measured them
+        part["products_us"] += native_products_s * 1e6
+        others[NATIVE_LABEL] = others.get(NATIVE_LABEL, 0.0) - native_products_s * 1e6
     per_step = {k.removesuffix("_us") + "_s": v / steps / 1e6 for k, v in part.items()}
     step, products = per_step["step_s"], per_step["products_s"]
     unprofiled = statistics.median(times)
@@ -146,12 +176,12 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
         "outside_ops_s": step - per_step["ops_s"],
         "top_other_ops_s": {name: us / steps / 1e6 for name, us in top},
         "overhead": 1 - products / step, "step_unprofiled_s": unprofiled,
-        **({"step_inline_s": statistics.median(by_path["inline"]),
-            "step_model_forward_s": statistics.median(by_path["model"]),
+        "native_products_s": native_products_s / steps,
+        **({"step_inline_s": by_path["inline"], "step_model_forward_s": by_path["model"],
             "paired_tokens": paired_tokens}  # each of those steps decoded one token
-           if by_path["inline"] else {}),
-        **({"step_c_kernel_s": statistics.median(by_kernel["c"]),
-            "step_without_c_kernel_s": statistics.median(by_kernel["without"]),
+           if by_path else {}),
+        **({"step_native_s": by_path["native"]} if "native" in by_path else {}),
+        **({"step_c_kernel_s": by_kernel["c"], "step_without_c_kernel_s": by_kernel["without"],
             "c_kernel_layers": len(swaps), "c_paired_tokens": c_paired_tokens}
-           if by_kernel["c"] else {}),
+           if by_kernel else {}),
     }

@@ -26,8 +26,10 @@ from minimodel.engine.kernel_choice import capturable_kernels, choose_kernels
 from minimodel.engine.kv_cache import KVCache
 from minimodel.engine.lean_decode import InlineDecoder
 from minimodel.engine.model import PackedQwen3ForCausalLM
+from minimodel.engine.native_decode import NativeDecoder
 from minimodel.engine.quantization import quantize_model
 from minimodel.engine.scheduler import ScheduledBatch
+from minimodel.kernels import native
 from minimodel.layers import tensor_parallel
 from minimodel.sampling import Sampler
 
@@ -68,6 +70,10 @@ class ModelRunner:
         self.inline = (InlineDecoder(model, self.backend)
                        if self.device.type == "cpu" and model.tp_size == 1
                        and isinstance(self.backend, TorchBackend) else None)
+        # ... and where every product of a step's batch size chose the C kernel, the whole
+        # decode step in one call into C (engine/native_decode.py)
+        self.native = (NativeDecoder(model, self.backend)
+                       if self.inline is not None and native.library() is not None else None)
         # Can this LLM still serve? `llm.runner.closed` is None while it can, else why not.
         # One process never closes; the tensor-parallel runner (engine/parallel.py) does when
         # a worker fails, hangs or dies (the server's /health reads it).
@@ -103,6 +109,8 @@ class ModelRunner:
         """Hidden states [N, C] of the packed batch (a graph replay when one fits)."""
         if self.graphs is not None and self.graphs.can_run(metadata):
             return self.graphs.run(input_ids, metadata)
+        if self.native is not None and self.native.can_run(metadata):
+            return self.native(input_ids, metadata)
         if self.inline is not None and metadata.is_decode:
             return self.inline(input_ids, metadata)
         self.backend.plan(metadata)

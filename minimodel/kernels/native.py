@@ -28,8 +28,8 @@ import torch
 
 from minimodel.home import minimodel_home, write_atomic
 
-SOURCE = Path(__file__).with_name("gemv.c")
-ABI = 2  # gemv.c's mm_abi()
+SOURCES = tuple(Path(__file__).with_name(n) for n in ("gemv.c", "decode.c", "mm.h"))
+ABI = 3  # gemv.c's mm_abi()
 KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
 # tried in order: the first that compiles is used (Apple's clang has no -fopenmp; then one thread)
 FLAG_SETS = (("-O3", "-march=native", "-fopenmp"), ("-O3", "-march=native"),
@@ -76,9 +76,10 @@ def _build(cc: str, out: Path, flags_file: Path) -> tuple[str, ...] | str:
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
             target = Path(tmp) / out.name
             try:
-                done = subprocess.run([cc, *flags, "-shared", "-fPIC", str(SOURCE), "-o",
-                                       str(target)], capture_output=True, text=True,
-                                      timeout=COMPILE_TIMEOUT_S)
+                done = subprocess.run([cc, *flags, "-shared", "-fPIC",
+                                       *(str(p) for p in SOURCES if p.suffix == ".c"),
+                                       "-lm", "-o", str(target)], capture_output=True,
+                                      text=True, timeout=COMPILE_TIMEOUT_S)
             except (OSError, subprocess.TimeoutExpired) as err:
                 return str(err)
             if done.returncode == 0:
@@ -106,8 +107,9 @@ def library() -> ctypes.CDLL | None:
     except (OSError, subprocess.TimeoutExpired) as err:
         _status = f"{cc} did not run: {err}"
         return None
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), cc, *version, cpu_description(),
-                                    repr(FLAG_SETS)]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\n".join([*(p.read_text() for p in SOURCES), cc, *version,
+                                    cpu_description(), repr(FLAG_SETS)]).encode()
+                         ).hexdigest()[:16]
     folder = minimodel_home() / "kernels" / "native"
     path, flags_file = folder / f"gemv-{key}.so", folder / f"gemv-{key}.flags"
     try:
@@ -134,11 +136,42 @@ def library() -> ctypes.CDLL | None:
     lib.mm_pack.restype = None
     lib.mm_pack.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                             ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    lib.mm_decode.restype = ctypes.c_int
+    lib.mm_decode.argtypes = [ctypes.POINTER(MMModel), ctypes.c_int, *[ctypes.c_void_p] * 7,
+                              ctypes.POINTER(ctypes.c_double)]
     flags = flags_file.read_text().strip() if flags_file.exists() else "?"
     _status = (f"built with {Path(cc).name} {flags}: {lib.mm_lanes()} float lanes, "
                f"{'OpenMP threads' if '-fopenmp' in flags else 'one thread'}"
                f"{', bfloat16 pair products (AVX512_BF16)' if lib.mm_has_pairs() else ''}")
     return lib
+
+
+class MMWeight(ctypes.Structure):
+    """decode.c's mm_weight: one product's packed weight, as mm_gemv takes it."""
+
+    _fields_ = [("packed", ctypes.c_void_p), ("scale", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p), ("wk", ctypes.c_int32), ("pairs", ctypes.c_int32),
+                ("sk", ctypes.c_int32), ("in_features", ctypes.c_int32),
+                ("out_features", ctypes.c_int32)]
+
+
+class MMLayer(ctypes.Structure):
+    """decode.c's mm_layer: a decoder layer's norms, products and K/V pool."""
+
+    _fields_ = [("in_norm", ctypes.c_void_p), ("q_norm", ctypes.c_void_p),
+                ("k_norm", ctypes.c_void_p), ("post_norm", ctypes.c_void_p),
+                ("qkv", MMWeight), ("o", MMWeight), ("gate_up", MMWeight), ("down", MMWeight),
+                ("pool", ctypes.c_void_p)]
+
+
+class MMModel(ctypes.Structure):
+    """decode.c's mm_model: the shapes, the layers and the tables of a whole model."""
+
+    _fields_ = [*[(n, ctypes.c_int32) for n in ("layers", "C", "Hq", "Hkv", "D", "I", "S",
+                                               "xk", "threads")],
+                ("eps", ctypes.c_float), ("scale", ctypes.c_float),
+                ("layer", ctypes.POINTER(MMLayer)), ("embed", ctypes.c_void_p),
+                ("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p), ("norm", ctypes.c_void_p)]
 
 
 @dataclass(frozen=True)
@@ -189,6 +222,16 @@ def pack(weight: torch.Tensor, scale: torch.Tensor | None = None,
     lib.mm_pack(weight.data_ptr(), kind, pairs, out_features, in_features, data.data_ptr(),
                 torch.get_num_threads())
     return Packed(data, kind, out_features, in_features, pairs, scale)
+
+
+def weight_struct(packed: Packed, bias: torch.Tensor | None) -> MMWeight:
+    """The mm_weight of a packed weight (and its bias, of the activations' dtype): pointers
+    into `packed` and `bias`, which the caller keeps alive."""
+    scale = packed.scale
+    return MMWeight(packed.data.data_ptr(), None if scale is None else scale.data_ptr(),
+                    None if bias is None else bias.data_ptr(), packed.kind, packed.pairs,
+                    0 if scale is None else KINDS[scale.dtype], packed.in_features,
+                    packed.out_features)
 
 
 def gemv(x: torch.Tensor, packed: Packed, bias: torch.Tensor | None = None) -> torch.Tensor:

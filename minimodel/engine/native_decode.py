@@ -1,0 +1,191 @@
+"""A decode step of the engine's model in one call into C (minimodel/kernels/decode.c).
+
+On a CPU, a decode step of a small model is a few milliseconds, and the model written in torch
+spends most of them outside its matrix products: every layer makes about thirty small torch
+calls (norms, RoPE, the K/V writes and page gathers, attention, SiLU, adds), each paying a few
+microseconds of dispatch and a fresh tensor. `NativeDecoder` hands the whole step (the
+embedding, every layer and the final norm) to `mm_decode`, one call, which does the same work in
+plain loops and the products with the same C kernel on the same packed weights
+(`matmul.LinearKernels`' `c_gemv` packs).
+
+It runs a step only where the measured timings say the C kernel's products cost no more than
+what the layers chose (`can_run`): one CPU process on the torch backend (the runner's `inline`
+decoder exists), float32 or bfloat16 activations, and for the step's row bucket the products
+of every layer, timed in `c_gemv` when the kernels were chosen (`model.kernel_choices`), add up
+to at most SLACK times those of the formulations chosen. A layer whose choice for that bucket
+is another formulation gets a `c_gemv` pack of its own. Elsewhere the runner keeps the inlined
+torch step. The K/V go into the same slots of the same pool, so prefills (the
+model's forward) and native decode steps read each other's cache. Hidden states equal the
+model's within float rounding, not bit for bit (tests/test_native_decode.py): sums run in
+another order, and the exponentials are the C library's.
+
+What it reads: the model's norm weights, embedding, RoPE tables and KV pools in place, and the
+layers' packed weights (the packs, not the weights: as with `c_gemv` anywhere, a weight
+changed in place after packing is not seen; rebinding a layer's kernels is).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import torch
+
+from minimodel.engine.attention import AttentionMetadata, TorchBackend
+from minimodel.engine.model import PackedQwen3ForCausalLM
+from minimodel.engine.quantization import linear_layers
+from minimodel.kernels import native
+from minimodel.kernels.matmul import FORMULATIONS, row_bucket
+
+PROFILER_LABEL = "minimodel::c_decode"  # what torch.profiler calls a native decode step
+# The C kernel's products may take up to this much longer than the chosen ones, in total over
+# the layers, for a step to run here: what the step saves outside its products (every torch
+# call of every layer) is larger on any model small enough to be decoded on a CPU.
+SLACK = 1.1
+
+
+class NativeDecoder:
+    """`__call__(ids, metadata)` -> hidden [B, C] of a pure decode step, computed by
+    decode.c's `mm_decode`; `can_run(metadata)` says whether this step may take it.
+    `product_s`: the seconds its products took, summed over every call (measured inside C)."""
+
+    def __init__(self, model: PackedQwen3ForCausalLM, backend: TorchBackend) -> None:
+        if model.tp_size != 1:
+            raise ValueError("NativeDecoder runs one rank's whole model "
+                             "(tensor_parallel_size=1).")
+        self.model, self.backend = model, backend
+        layers = model.model.layers
+        self.products = tuple(m for layer in layers for m in (
+            layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj,
+            layer.mlp.down_proj))
+        self._names = {m: name for name, m in linear_layers(model)}
+        self._packs: dict[Any, native.Packed] = {}  # c_gemv packs of layers that chose another
+        self.product_s = 0.0
+        self._state: tuple[Any, ...] = ()  # what the struct was built from
+        self._ok: dict[int | None, bool] = {}  # row bucket -> every product chose c_gemv
+        self._struct: native.MMModel | None = None
+        self._keep: list[Any] = []  # tensors the struct points into
+
+    def _current(self) -> tuple[Any, ...]:
+        """What the struct depends on: the layers' kernels, the RoPE tables, the pools."""
+        return (*(m.kernels for m in self.products), self.model.rope_cos,
+                self.model.rope_sin, *self.backend.kv_cache.pools)
+
+    def can_run(self, metadata: AttentionMetadata) -> bool:
+        """A pure decode step whose row bucket chose the C kernel for every product."""
+        if not metadata.is_decode:
+            return False
+        state = self._current()
+        if len(state) != len(self._state) or any(a is not b for a, b in zip(state, self._state)):
+            self._state, self._ok, self._struct, self._keep = state, {}, None, []
+        bucket = row_bucket(len(metadata.kv_lens))
+        ok = self._ok.get(bucket)
+        if ok is None:
+            ok = self._ok[bucket] = self._supported() and self._c_costs_no_more(bucket)
+        return ok
+
+    def _c_costs_no_more(self, bucket: int | None) -> bool:
+        """Do the products in `c_gemv` cost at most SLACK times the chosen ones at `bucket`,
+        summed over the layers, by the seconds measured when they were chosen? (A layer
+        whose timings are not at hand counts only if it chose `c_gemv` itself.)"""
+        if bucket is None:
+            return False
+        by_layer = {name: c for c in getattr(self.model, "kernel_choices", [])
+                    for name in c.layers}
+        c_total = chosen_total = 0.0
+        for m in self.products:
+            if m.kernels is None:
+                return False
+            chosen = m.kernels.choices.get(bucket, "linear")
+            choice = by_layer.get(self._names[m])
+            timed = {} if choice is None else choice.seconds.get(str(bucket), {})
+            if "c_gemv" not in timed or chosen not in timed:
+                if chosen == "c_gemv":
+                    continue  # the same product either way
+                return False
+            c_total, chosen_total = c_total + timed["c_gemv"], chosen_total + timed[chosen]
+        return c_total <= SLACK * chosen_total
+
+    def _supported(self) -> bool:
+        dtype = self.model.model.embed_tokens.weight.dtype
+        return (native.library() is not None and dtype in (torch.float32, torch.bfloat16)
+                and all(p.dtype == dtype for p in self.backend.kv_cache.pools))
+
+    def _build(self) -> native.MMModel:
+        """The mm_model of the current state (pointers into the model's tensors)."""
+        model, keep = self.model, self._keep
+        dtype = model.model.embed_tokens.weight.dtype
+
+        def ptr(t: torch.Tensor) -> int:
+            t = t.detach()
+            if t.dtype != dtype or not t.is_contiguous():
+                t = t.to(dtype).contiguous()
+            keep.append(t)
+            return t.data_ptr()
+
+        def weight(module: Any) -> native.MMWeight:
+            packed = module.kernels.packed.get("c_gemv")
+            if packed is None:  # this layer chose another formulation for every bucket
+                if module not in self._packs:
+                    self._packs[module] = FORMULATIONS["c_gemv"].pack(module.weight)
+                packed = self._packs[module]
+            bias = None if module.bias is None else module.bias.detach().to(dtype).contiguous()
+            keep.extend([packed, bias])
+            return native.weight_struct(packed, bias)
+
+        layers = (native.MMLayer * len(model.model.layers))()
+        for i, layer in enumerate(model.model.layers):
+            a, mlp = layer.self_attn, layer.mlp
+            layers[i] = native.MMLayer(
+                ptr(layer.input_layernorm.weight), ptr(a.q_norm.weight), ptr(a.k_norm.weight),
+                ptr(layer.post_attention_layernorm.weight), weight(a.qkv_proj),
+                weight(a.o_proj), weight(mlp.gate_up_proj), weight(mlp.down_proj),
+                self.backend.kv_cache.pools[i].data_ptr())
+        assert model.rope_cos is not None and model.rope_sin is not None
+        cos, sin = model.rope_cos.float().contiguous(), model.rope_sin.float().contiguous()
+        keep.extend([layers, cos, sin])
+        attn, cfg = model.model.layers[0].self_attn, model.cfg
+        return native.MMModel(
+            len(model.model.layers), cfg.hidden_size, attn.num_heads, attn.num_kv_heads,
+            attn.head_dim, model.model.layers[0].mlp.down_proj.weight.shape[1],
+            self.backend.kv_cache.page_size, native.KINDS[dtype], torch.get_num_threads(),
+            cfg.rms_norm_eps, self.backend.scale, layers, ptr(model.model.embed_tokens.weight),
+            cos.data_ptr(), sin.data_ptr(), ptr(model.model.norm.weight))
+
+    @torch.inference_mode()
+    def __call__(self, ids: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
+        """ids: Long [B], one new token per request of a decode step (`can_run` true) ->
+        hidden [B, C], the final norm applied; each token's K/V written into its slot."""
+        if not self.can_run(metadata):
+            raise ValueError("NativeDecoder runs pure decode steps whose products all chose "
+                             "the C kernel (see can_run); run the model's forward instead.")
+        if self._struct is None:
+            self._struct = self._build()
+        B, rows = len(metadata.kv_lens), self.model.rope_cos.shape[0]  # type: ignore[union-attr]
+        if max(metadata.kv_lens) > rows:
+            raise ValueError(f"a position past the RoPE tables ({rows} positions): "
+                             f"kv_lens {metadata.kv_lens}.")
+        dtype = self.model.model.embed_tokens.weight.dtype
+        ids = ids.to(torch.int64).contiguous()
+        kv_lens = torch.tensor(metadata.kv_lens, dtype=torch.int32)
+        indptr = metadata.kv_indptr.to(torch.int32).contiguous()
+        indices = metadata.kv_indices.to(torch.int32).contiguous()
+        positions = metadata.positions.to(torch.int64).contiguous()
+        slots = metadata.slot_mapping.to(torch.int64).contiguous()
+        hidden = torch.empty(B, self.model.cfg.hidden_size, dtype=dtype)
+        spent = ctypes.c_double()
+        args = (ctypes.byref(self._struct), B, ids.data_ptr(), positions.data_ptr(),
+                slots.data_ptr(), indptr.data_ptr(), indices.data_ptr(), kv_lens.data_ptr(),
+                hidden.data_ptr(), ctypes.byref(spent))
+        lib = native.library()
+        assert lib is not None
+        if torch.autograd._profiler_enabled():  # one op of its own under the profiler
+            with torch.profiler.record_function(PROFILER_LABEL):
+                code = lib.mm_decode(*args)
+        else:
+            code = lib.mm_decode(*args)
+        if code:
+            raise ValueError(f"decode.c refused the step (code {code}): kv_lens "
+                             f"{metadata.kv_lens}.")
+        self.product_s += spent.value
+        return hidden

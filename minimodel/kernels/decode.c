@@ -1,0 +1,232 @@
+/* A whole decode step of Qwen3 in one call: the embedding, every layer, the final norm.
+ *
+ * On a CPU a small model's decode step is short (a few ms), and the model written in torch
+ * spends most of it outside its matrix products: a layer is about thirty small torch calls
+ * (norms, RoPE, the KV writes, the page gathers, attention, SiLU, adds), each a few
+ * microseconds of dispatch and a fresh output tensor. Here one call does all of them for every
+ * layer, with the same products (mm_gemv on the layers' packed weights, gemv.c) and the
+ * elementwise work in plain loops over buffers that live for the call.
+ *
+ * It computes what the engine's model computes (minimodel/engine/model.py), in the same order
+ * and rounded to the model's dtype at the same points (R below): RMSNorm in float32 then times
+ * its weight, q/k norms per head, RoPE in float32 with the rotate-half convention, each new K/V
+ * written into its slot of the paged pool ([P, 2, S, Hkv, D], FlashInfer's NHD layout), softmax
+ * attention in float32 over each request's pages, SiLU(gate) * up, the residual adds. Sums run
+ * in another order than torch's, so hidden states equal the model's within float rounding.
+ */
+#include "mm.h"
+#include <math.h>
+#include <time.h>
+
+/* gemv.c */
+int mm_gemv(const void *x, int xk, const void *packed, int wk, int pairs, const void *scale,
+            int sk, const void *bias, void *y, int rows, int in, int out, int threads);
+
+typedef struct {  /* one product's weight, as mm_gemv takes it */
+    const void *packed, *scale, *bias;
+    int32_t wk, pairs, sk, in, out;
+} mm_weight;
+
+typedef struct {
+    const void *in_norm, *q_norm, *k_norm, *post_norm;  /* [C], [D], [D], [C] */
+    mm_weight qkv, o, gate_up, down;
+    void *pool;  /* this layer's K/V pages [P, 2, S, Hkv, D] */
+} mm_layer;
+
+typedef struct {
+    int32_t layers, C, Hq, Hkv, D, I, S, xk, threads;
+    float eps, scale;  /* RMSNorm's eps; attention's softmax scale */
+    const mm_layer *layer;
+    const void *embed;  /* [V, C] */
+    const float *cos, *sin;  /* RoPE tables [positions, D], float32 */
+    const void *norm;  /* the final norm's weight [C] */
+} mm_model;
+
+/* A value rounded as a tensor of the model's kind holds it */
+static inline float R(float v, int xk) { return xk == BF16 ? bf16_f32(f32_bf16(v)) : v; }
+static inline void put(void *p, int kind, size_t j, float v) {
+    if (kind == F32) ((float *)p)[j] = v; else ((uint16_t *)p)[j] = f32_bf16(v);
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* y[r] (kind xk) = x[r] @ W.T for B rows, x of kind xk; the seconds added to *spent */
+static int product(const mm_model *m, const void *x, const mm_weight *w, void *y, int B,
+                   double *spent) {
+    double t0 = now();
+    int code = mm_gemv(x, m->xk, w->packed, w->wk, w->pairs, w->scale, w->sk, w->bias, y, B,
+                       w->in, w->out, m->threads);
+    *spent += now() - t0;
+    return code;
+}
+
+/* out[r] (kind xk) = RMSNorm(v[r]) * w over n values of float v (already of kind xk) */
+static void rms_norm(const float *v, const void *w, int n, float eps, int xk, void *out,
+                     size_t at) {
+    float ss = 0;
+    for (int i = 0; i < n; i++) ss += v[i] * v[i];
+    float r = 1.0f / sqrtf(ss / n + eps);
+    for (int i = 0; i < n; i++) put(out, xk, at + i, R(get(w, xk, i) * R(v[i] * r, xk), xk));
+}
+
+static inline vf load_kind(const void *p, int xk, size_t at) {
+    return xk == F32 ? load_f32((const float *)p + at) : load_bf16((const uint16_t *)p + at);
+}
+static inline float hsum(vf v) {  /* the sum of a vector's lanes, as a tree */
+#if defined(__AVX512F__)
+    return _mm512_reduce_add_ps((__m512)v);
+#elif defined(__AVX2__)
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128((__m256)v), _mm256_extractf128_ps((__m256)v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+#else
+    float a[LANES];
+    memcpy(a, &v, sizeof a);
+    for (int w = LANES / 2; w; w /= 2) for (int l = 0; l < w; l++) a[l] += a[l + w];
+    return a[0];
+#endif
+}
+
+/* softmax(q . k_t * scale) @ v_t over the L cached tokens of one request, for the G query
+ * heads q (float [G][D]) of KV head h, which read its keys and values from the request's
+ * pages; scores: float [G][L] of scratch; out: float [G][D] */
+static void attend(const mm_model *m, const void *pool, const int32_t *pages, int L, int h,
+                   const float *q, float *scores, float *out) {
+    const int S = m->S, D = m->D, Hkv = m->Hkv, xk = m->xk, G = m->Hq / m->Hkv;
+    const size_t vec = (size_t)Hkv * D, page = 2 * (size_t)S * vec;
+    const int wide = D % LANES == 0 && G <= 8;  /* whole vectors of the head dim */
+    for (int t = 0; t < L; t++) {
+        size_t at = pages[t / S] * page + (size_t)(t % S) * vec + (size_t)h * D;
+        if (wide) {
+            vf acc[8];
+            for (int g = 0; g < G; g++) acc[g] = (vf){0};
+            for (int d = 0; d < D; d += LANES) {
+                vf k = load_kind(pool, xk, at + d);
+                for (int g = 0; g < G; g++) acc[g] += k * load_f32(q + (size_t)g * D + d);
+            }
+            for (int g = 0; g < G; g++) scores[(size_t)g * L + t] = hsum(acc[g]) * m->scale;
+        } else {
+            for (int g = 0; g < G; g++) {
+                float s = 0;
+                for (int d = 0; d < D; d++) s += q[(size_t)g * D + d] * get(pool, xk, at + d);
+                scores[(size_t)g * L + t] = s * m->scale;
+            }
+        }
+    }
+    for (int g = 0; g < G; g++) {  /* softmax of each head's scores */
+        float *sc = scores + (size_t)g * L, top = -INFINITY, sum = 0;
+        for (int t = 0; t < L; t++) if (sc[t] > top) top = sc[t];
+        for (int t = 0; t < L; t++) { sc[t] = expf(sc[t] - top); sum += sc[t]; }
+        for (int t = 0; t < L; t++) sc[t] /= sum;
+    }
+    for (size_t j = 0; j < (size_t)G * D; j++) out[j] = 0;
+    for (int t = 0; t < L; t++) {
+        size_t at = pages[t / S] * page + (size_t)S * vec + (size_t)(t % S) * vec + (size_t)h * D;
+        if (wide) {
+            for (int d = 0; d < D; d += LANES) {
+                vf v = load_kind(pool, xk, at + d);
+                for (int g = 0; g < G; g++) {
+                    vf o = load_f32(out + (size_t)g * D + d) + scores[(size_t)g * L + t] * v;
+                    memcpy(out + (size_t)g * D + d, &o, sizeof o);
+                }
+            }
+        } else {
+            for (int g = 0; g < G; g++)
+                for (int d = 0; d < D; d++)
+                    out[(size_t)g * D + d] += scores[(size_t)g * L + t] * get(pool, xk, at + d);
+        }
+    }
+}
+
+/* hidden[b] (kind xk, [B, C]) for B requests that each bring one new token ids[b] at
+ * positions[b], written to slots[b] (page * S + offset); request b's pages are
+ * kv_indices[kv_indptr[b]:kv_indptr[b + 1]] and it holds kv_lens[b] tokens with this one.
+ * *product_s gets the seconds spent in the products. Returns 0; 1 on bad arguments, 2 when
+ * out of memory, or mm_gemv's code. */
+int mm_decode(const mm_model *m, int B, const int64_t *ids, const int64_t *positions,
+              const int64_t *slots, const int32_t *kv_indptr, const int32_t *kv_indices,
+              const int32_t *kv_lens, void *hidden, double *product_s) {
+    const int C = m->C, Hq = m->Hq, Hkv = m->Hkv, D = m->D, I = m->I, S = m->S, xk = m->xk;
+    if (B < 1 || (xk != F32 && xk != BF16) || Hkv < 1 || Hq % Hkv || D % 2) return 1;
+    const int QKV = (Hq + 2 * Hkv) * D, G = Hq / Hkv, size = SIZE[xk];
+    for (int b = 0; b < B; b++)
+        if (kv_lens[b] < 1 || kv_lens[b] > (kv_indptr[b + 1] - kv_indptr[b]) * S) return 1;
+    const int wide = QKV > 2 * I ? QKV : 2 * I;
+    float *x = malloc(sizeof(float) * B * C), *res = malloc(sizeof(float) * B * C);
+    float *q = malloc(sizeof(float) * B * Hq * D), *head = malloc(sizeof(float) * D);
+    void *in = malloc((size_t)size * B * (wide > C ? wide : C));
+    void *y = malloc((size_t)size * B * wide);
+    int code = 0;
+    double spent = 0;
+    if (!x || !res || !q || !head || !in || !y) { code = 2; goto done; }
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++) x[b * C + c] = get(m->embed, xk, (size_t)ids[b] * C + c);
+    const size_t vec = (size_t)Hkv * D, page = 2 * (size_t)S * vec;
+    for (int li = 0; li < m->layers; li++) {
+        const mm_layer *ly = &m->layer[li];
+        for (int j = 0; j < B * C; j++) res[j] = li ? R(x[j] + res[j], xk) : x[j];
+        for (int b = 0; b < B; b++) rms_norm(res + b * C, ly->in_norm, C, m->eps, xk, in, (size_t)b * C);
+        if ((code = product(m, in, &ly->qkv, y, B, &spent))) goto done;
+        for (int b = 0; b < B; b++) {
+            const float *cs = m->cos + positions[b] * D, *sn = m->sin + positions[b] * D;
+            int64_t slot = slots[b];
+            size_t kv_at = (size_t)(slot / S) * page + (size_t)(slot % S) * vec;
+            for (int hh = 0; hh < Hq + Hkv; hh++) {  /* q/k norm, then RoPE */
+                size_t at = (size_t)b * QKV + (size_t)hh * D;
+                for (int d = 0; d < D; d++) head[d] = get(y, xk, at + d);
+                float ss = 0;
+                for (int d = 0; d < D; d++) ss += head[d] * head[d];
+                float r = 1.0f / sqrtf(ss / D + m->eps);
+                const void *w = hh < Hq ? ly->q_norm : ly->k_norm;
+                for (int d = 0; d < D; d++) head[d] = R(get(w, xk, d) * R(head[d] * r, xk), xk);
+                for (int d = 0; d < D; d++) {
+                    float turned = d < D / 2 ? -head[d + D / 2] : head[d - D / 2];
+                    float v = R(head[d] * cs[d] + turned * sn[d], xk);
+                    if (hh < Hq) q[((size_t)b * Hq + hh) * D + d] = v;
+                    else put(ly->pool, xk, kv_at + (size_t)(hh - Hq) * D + d, v);
+                }
+            }
+            for (int j = 0; j < Hkv * D; j++)  /* V as it came out of the product */
+                put(ly->pool, xk, kv_at + S * vec + j, get(y, xk, (size_t)b * QKV + (Hq + Hkv) * D + j));
+        }
+        /* attention: each request's KV heads, on threads when there is enough of it */
+        long work = 0;
+        for (int b = 0; b < B; b++) work += (long)kv_lens[b] * Hq * D;
+        const int tasks = B * Hkv;
+        int failed = 0;
+        #pragma omp parallel for num_threads(work >= (1L << 18) ? m->threads : 1) schedule(dynamic)
+        for (int task = 0; task < tasks; task++) {
+            int b = task / Hkv, h = task % Hkv;
+            float *sc = malloc(sizeof(float) * ((size_t)G * kv_lens[b] + (size_t)G * D));
+            if (!sc) { failed = 1; continue; }
+            float *o = sc + (size_t)G * kv_lens[b];
+            attend(m, ly->pool, kv_indices + kv_indptr[b], kv_lens[b], h,
+                   q + ((size_t)b * Hq + (size_t)h * G) * D, sc, o);
+            for (int j = 0; j < G * D; j++)
+                put(in, xk, ((size_t)b * Hq + (size_t)h * G) * D + j, o[j]);
+            free(sc);
+        }
+        if (failed) { code = 2; goto done; }
+        if ((code = product(m, in, &ly->o, y, B, &spent))) goto done;
+        for (int j = 0; j < B * C; j++) res[j] = R(get(y, xk, j) + res[j], xk);
+        for (int b = 0; b < B; b++) rms_norm(res + b * C, ly->post_norm, C, m->eps, xk, in, (size_t)b * C);
+        if ((code = product(m, in, &ly->gate_up, y, B, &spent))) goto done;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < I; i++) {
+                float g = get(y, xk, (size_t)b * 2 * I + i), u = get(y, xk, (size_t)b * 2 * I + I + i);
+                put(in, xk, (size_t)b * I + i, R(R(g / (1.0f + expf(-g)), xk) * u, xk));
+            }
+        if ((code = product(m, in, &ly->down, y, B, &spent))) goto done;
+        for (int j = 0; j < B * C; j++) x[j] = get(y, xk, j);
+    }
+    for (int j = 0; j < B * C; j++) res[j] = m->layers ? R(x[j] + res[j], xk) : x[j];
+    for (int b = 0; b < B; b++) rms_norm(res + b * C, m->norm, C, m->eps, xk, hidden, (size_t)b * C);
+done:
+    free(x); free(res); free(q); free(head); free(in); free(y);
+    *product_s = spent;
+    return code;
+}

@@ -1,0 +1,197 @@
+"""A whole decode step in one call into C (engine/native_decode.py over kernels/decode.c):
+the model's decode forward within float rounding (the same hidden states and the same K/V in
+the same pool slots), for one request and several of different lengths across page
+boundaries, on tiny, bard and shapes they lack (q/k/v biases, one and eight query heads per KV
+head, a head dim that fills no whole vector, twelve query heads per KV head), in float32 and
+bfloat16; when it runs (`can_run`: the measured timings), and that the engine generates the
+same with it as without it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from checkpoints import DECODE_SHAPES, decode_shape_folders, prefilled_twins
+
+from minimodel.config import Qwen3Config
+from minimodel.engine import LLM
+from minimodel.engine.attention import build_metadata, decode_metadata
+from minimodel.engine.kernel_choice import KernelChoice
+from minimodel.engine.native_decode import SLACK, NativeDecoder
+from minimodel.engine.quantization import linear_layers
+from minimodel.engine.speculative import load_language_model
+from minimodel.kernels import native
+from minimodel.kernels.matmul import ROW_BUCKETS, LinearKernels
+from minimodel.sampling import SamplingParams
+
+pytestmark = pytest.mark.skipif(native.library() is None,
+                                reason=f"no C kernel on this machine: {native.status()}")
+PAGE = 4
+# How far the C step may be from the model's: float32 sums in another order; in bfloat16 a
+# value rounded the other way at one point moves later ones by a bfloat16 step (2^-8 of it).
+TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-4),
+             torch.bfloat16: dict(rtol=4e-2, atol=4e-2)}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    from minimodel.checkpoints import random_state_dict_torch, write_checkpoint
+
+    out = {"tiny": "tiny", "bard": "bard", **decode_shape_folders(tmp_path_factory)}
+    # head_dim 24 fills no whole vector of 8 or 16 floats, and 12 query heads share a KV head:
+    # the scalar path of decode.c's attention
+    cfg = Qwen3Config(vocab_size=300, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
+                      num_attention_heads=12, num_key_value_heads=1, head_dim=24,
+                      max_position_embeddings=128, torch_dtype="float32")
+    folder = tmp_path_factory.mktemp("odd-head-dim")
+    write_checkpoint(folder, cfg, random_state_dict_torch(cfg, seed=5))
+    out["odd-head-dim"] = folder
+    return out
+
+
+def bind_c(model) -> None:
+    """Every product on the C kernel at every row bucket."""
+    for _, module in linear_layers(model):
+        module.kernels = LinearKernels(module.weight, dict.fromkeys(ROW_BUCKETS, "c_gemv"))
+
+
+CASES = [("tiny", dtype, lens) for dtype in (torch.float32, torch.bfloat16)
+         for lens in ([9], [1], [8], [5, 12, 1], [3, 4, 16, 7])]
+CASES += [("bard", dtype, lens) for dtype in (torch.float32, torch.bfloat16)
+          for lens in ([9], [5, 12, 1])]
+CASES += [(name, dtype, lens) for name in [*DECODE_SHAPES, "odd-head-dim"]
+          for dtype in (torch.float32, torch.bfloat16) for lens in ([6], [5, 12, 1])]
+
+
+@pytest.mark.parametrize("name, dtype, prompt_lens", CASES)
+@torch.inference_mode()
+def test_the_c_step_is_the_models_decode_step_within_rounding(folders, name, dtype,
+                                                               prompt_lens):
+    model, _ = load_language_model(folders[name], dtype=dtype, max_positions=128)
+    bind_c(model)
+    gen = torch.Generator().manual_seed(sum(prompt_lens))
+    vocab = model.cfg.vocab_size
+    # two caches with the same pages: one decoded by the model, one by the C step
+    caches, tables = prefilled_twins(model, prompt_lens, dtype, gen, PAGE)
+    step = NativeDecoder(model, caches[1][1])
+    lens = list(prompt_lens)
+    for _ in range(4):  # four decode steps, a token per request
+        ids = torch.randint(0, vocab, (len(lens),), generator=gen)
+        lens = [n + 1 for n in lens]
+        md = decode_metadata(tables, lens, PAGE)
+        assert step.can_run(md)
+        caches[0][1].plan(md)
+        want = model(ids, md.positions, caches[0][1])
+        got = step(ids, md)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got.float(), want.float(), **TOLERANCE[dtype])
+        for a, b in zip(caches[0][0].pools, caches[1][0].pools, strict=True):
+            torch.testing.assert_close(b.float(), a.float(), **TOLERANCE[dtype])
+        # the model's K/V and the C step's are one pool: continue both from the model's
+        for a, b in zip(caches[0][0].pools, caches[1][0].pools, strict=True):
+            b.copy_(a)
+    assert step.product_s > 0
+
+
+@torch.inference_mode()
+def test_a_wrong_kv_head_or_page_changes_the_result():
+    """The comparison above can fail: a step that reads another request's pages differs."""
+    model, _ = load_language_model("tiny", max_positions=64)
+    bind_c(model)
+    gen = torch.Generator().manual_seed(1)
+    caches, tables = prefilled_twins(model, [7, 7], torch.float32, gen, PAGE)
+    step = NativeDecoder(model, caches[1][1])
+    ids = torch.tensor([3, 3])
+    caches[0][1].plan(md := decode_metadata(tables, [8, 8], PAGE))
+    want = model(ids, md.positions, caches[0][1])
+    swapped = step(ids, decode_metadata(tables[::-1], [8, 8], PAGE))
+    assert not torch.allclose(swapped, want, **TOLERANCE[torch.float32])
+
+
+def choice_table(model, seconds: dict[str, float]) -> None:
+    """Every product chose the fastest of `seconds` at every bucket, with these timings."""
+    layers = linear_layers(model)
+    best = min(seconds, key=seconds.__getitem__)
+    for _, module in layers:
+        module.kernels = LinearKernels(module.weight, dict.fromkeys(ROW_BUCKETS, best))
+    model.kernel_choices = [KernelChoice(
+        (1, 1), "float32", [name for name, _ in layers], dict.fromkeys(ROW_BUCKETS, best), True,
+        {str(b): dict(seconds) for b in ROW_BUCKETS})]
+
+
+@torch.inference_mode()
+def test_it_runs_where_the_measured_c_products_cost_no_more_than_slack_times_the_chosen():
+    model, _ = load_language_model("tiny", max_positions=64)
+    gen = torch.Generator().manual_seed(2)
+    caches, tables = prefilled_twins(model, [5], torch.float32, gen, PAGE)
+    step = NativeDecoder(model, caches[1][1])
+    md = decode_metadata(tables, [6], PAGE)
+    assert not step.can_run(md)  # nothing bound: F.linear everywhere, no timings
+    choice_table(model, {"linear": 3.0, "c_gemv": 1.0})
+    assert step.can_run(md)
+    choice_table(model, {"matmul_t": 1.0, "c_gemv": SLACK * 0.99})  # a little slower: runs,
+    assert step.can_run(md)  # on packs of its own
+    caches[0][1].plan(md)
+    want = model(torch.tensor([4]), md.positions, caches[0][1])
+    torch.testing.assert_close(step(torch.tensor([4]), md), want, **TOLERANCE[torch.float32])
+    choice_table(model, {"matmul_t": 1.0, "c_gemv": SLACK * 1.01})
+    assert not step.can_run(md)
+    with pytest.raises(ValueError, match="can_run"):
+        step(torch.tensor([4]), md)
+    bind_c(model)  # chosen, timings not at hand for this choice: the same product either way
+    model.kernel_choices = []
+    assert step.can_run(md)
+    assert not step.can_run(build_metadata(tables, [6], [2], PAGE))  # not a decode step
+    many = [[p] for p in range(ROW_BUCKETS[-1] + 1)]
+    assert not step.can_run(decode_metadata(many, [1] * len(many), PAGE))  # past the buckets
+
+
+@torch.inference_mode()
+def test_a_step_the_c_code_refuses_raises_and_a_position_past_the_tables_too():
+    model, _ = load_language_model("tiny", max_positions=16)
+    bind_c(model)
+    gen = torch.Generator().manual_seed(3)
+    caches, tables = prefilled_twins(model, [5], torch.float32, gen, PAGE)
+    step = NativeDecoder(model, caches[1][1])
+    md = decode_metadata(tables, [6], PAGE)
+    md.kv_lens = [len(tables[0]) * PAGE + 1]  # more tokens than its pages hold
+    with pytest.raises(ValueError, match="refused"):
+        step(torch.tensor([4]), md)
+    far = decode_metadata([list(range(8))], [20], PAGE)
+    with pytest.raises(ValueError, match="RoPE tables"):
+        step(torch.tensor([4]), far)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_engine_generates_the_same_with_and_without_the_c_step(dtype):
+    """The engine's decode steps in C, against the inlined torch step: in float32 the same
+    greedy tokens; in both, every decode step of the batch ran in C."""
+    def engine():  # a fresh engine each time: no prefix cached by the other run
+        llm = LLM("tiny", dtype=dtype, max_model_len=256, num_pages=64, page_size=16,
+                  tune_kernels=False)
+        bind_c(llm.model)
+        return llm
+
+    prompts = [[5, 9, 2, 7] * k for k in (1, 5, 9)]
+    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    llm, calls = engine(), []
+    step = llm.runner.native
+    assert step is not None
+
+    class Counted:
+        def can_run(self, metadata):
+            return step.can_run(metadata)
+
+        def __call__(self, ids, metadata):
+            calls.append(len(metadata.kv_lens))
+            return step(ids, metadata)
+
+    llm.runner.native = Counted()
+    with_c = llm.generate(prompts, params, use_tqdm=False)
+    assert calls and max(calls) == 3 and len(calls) == 19  # every decode step, all three
+    plain = engine()
+    plain.runner.native = None
+    without = plain.generate(prompts, params, use_tqdm=False)
+    if dtype == "float32":
+        assert [o.token_ids for o in with_c] == [o.token_ids for o in without]
+    for a, b in zip(with_c, without, strict=True):
+        assert len(a.token_ids) == len(b.token_ids) == 20
