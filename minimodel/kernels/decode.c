@@ -91,53 +91,78 @@ static inline float hsum(vf v) {  /* the sum of a vector's lanes, as a tree */
 #endif
 }
 
-/* softmax(q . k_t * scale) @ v_t over the L cached tokens of one request, for the G query
- * heads q (float [G][D]) of KV head h, which read its keys and values from the request's
- * pages; scores: float [G][L] of scratch; out: float [G][D] */
-static void attend(const mm_model *m, const void *pool, const int32_t *pages, int L, int h,
+/* e^x for LANES floats: x = k ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to r^7
+ * (relative error under 2e-7, below float32's half step), times 2^k through the exponent */
+static inline vf vexp(vf x) {
+    const vf lo = (vf){0} - 87.0f, hi = (vf){0} + 88.0f;
+    vi below = (vi)(x < lo), above = (vi)(x > hi);  /* clamp to [-87, 88]: 2^k stays normal */
+    x = (vf)(((vi)x & ~(below | above)) | ((vi)lo & below) | ((vi)hi & above));
+    vf t = x * 1.44269504088896341f + 0.5f;
+    vi k = __builtin_convertvector(t, vi);  /* toward zero, */
+    k -= (vi)(__builtin_convertvector(k, vf) > t) & 1;  /* then down: round(x / ln2) */
+    vf kf = __builtin_convertvector(k, vf);
+    vf r = x - kf * 0.693145751953125f - kf * 1.428606820309417e-06f;  /* ln2 in two parts */
+    vf p = (vf){0} + 1.0f / 5040;
+    p = p * r + 1.0f / 720; p = p * r + 1.0f / 120; p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6; p = p * r + 0.5f; p = p * r + 1.0f; p = p * r + 1.0f;
+    vi bits = (k + 127) << 23;
+    vf two_k;
+    memcpy(&two_k, &bits, sizeof two_k);
+    return p * two_k;
+}
+
+/* attention of one request over its L cached tokens: for each of its Hq query heads q (float
+ * [Hq][D], head j reads KV head j / G), softmax(q . k_t * scale) @ v_t, into out (float
+ * [Hq][D]); scores: float [Hq][L] of scratch. Token by token, every head at once: a token's
+ * keys (and values) are one stretch of memory [Hkv][D], read in order */
+static void attend(const mm_model *m, const void *pool, const int32_t *pages, int L,
                    const float *q, float *scores, float *out) {
-    const int S = m->S, D = m->D, Hkv = m->Hkv, xk = m->xk, G = m->Hq / m->Hkv;
+    const int S = m->S, D = m->D, Hkv = m->Hkv, Hq = m->Hq, xk = m->xk, G = Hq / Hkv;
     const size_t vec = (size_t)Hkv * D, page = 2 * (size_t)S * vec;
-    const int wide = D % LANES == 0 && G <= 8;  /* whole vectors of the head dim */
+    const int wide = D % LANES == 0;  /* whole vectors of the head dim */
     for (int t = 0; t < L; t++) {
-        size_t at = pages[t / S] * page + (size_t)(t % S) * vec + (size_t)h * D;
-        if (wide) {
-            vf acc[8];
-            for (int g = 0; g < G; g++) acc[g] = (vf){0};
-            for (int d = 0; d < D; d += LANES) {
-                vf k = load_kind(pool, xk, at + d);
-                for (int g = 0; g < G; g++) acc[g] += k * load_f32(q + (size_t)g * D + d);
+        size_t at = pages[t / S] * page + (size_t)(t % S) * vec;
+        for (int j = 0; j < Hq; j++) {
+            const size_t k = at + (size_t)(j / G) * D;
+            const float *qj = q + (size_t)j * D;
+            float s = 0;
+            if (wide) {
+                vf acc = (vf){0};
+                for (int d = 0; d < D; d += LANES) acc += load_kind(pool, xk, k + d) * load_f32(qj + d);
+                s = hsum(acc);
+            } else {
+                for (int d = 0; d < D; d++) s += qj[d] * get(pool, xk, k + d);
             }
-            for (int g = 0; g < G; g++) scores[(size_t)g * L + t] = hsum(acc[g]) * m->scale;
-        } else {
-            for (int g = 0; g < G; g++) {
-                float s = 0;
-                for (int d = 0; d < D; d++) s += q[(size_t)g * D + d] * get(pool, xk, at + d);
-                scores[(size_t)g * L + t] = s * m->scale;
-            }
+            scores[(size_t)j * L + t] = s * m->scale;
         }
     }
-    for (int g = 0; g < G; g++) {  /* softmax of each head's scores */
-        float *sc = scores + (size_t)g * L, top = -INFINITY, sum = 0;
+    for (int j = 0; j < Hq; j++) {  /* softmax of each head's scores */
+        float *sc = scores + (size_t)j * L, top = -INFINITY, sum = 0;
         for (int t = 0; t < L; t++) if (sc[t] > top) top = sc[t];
-        for (int t = 0; t < L; t++) { sc[t] = expf(sc[t] - top); sum += sc[t]; }
-        for (int t = 0; t < L; t++) sc[t] /= sum;
+        int t = 0;
+        for (; t + LANES <= L; t += LANES) {
+            vf e = vexp(load_f32(sc + t) - top);
+            memcpy(sc + t, &e, sizeof e);
+            sum += hsum(e);
+        }
+        for (; t < L; t++) { sc[t] = expf(sc[t] - top); sum += sc[t]; }
+        for (t = 0; t < L; t++) sc[t] /= sum;
     }
-    for (size_t j = 0; j < (size_t)G * D; j++) out[j] = 0;
+    for (size_t j = 0; j < (size_t)Hq * D; j++) out[j] = 0;
     for (int t = 0; t < L; t++) {
-        size_t at = pages[t / S] * page + (size_t)S * vec + (size_t)(t % S) * vec + (size_t)h * D;
-        if (wide) {
-            for (int d = 0; d < D; d += LANES) {
-                vf v = load_kind(pool, xk, at + d);
-                for (int g = 0; g < G; g++) {
-                    vf o = load_f32(out + (size_t)g * D + d) + scores[(size_t)g * L + t] * v;
-                    memcpy(out + (size_t)g * D + d, &o, sizeof o);
+        size_t at = pages[t / S] * page + (size_t)S * vec + (size_t)(t % S) * vec;
+        for (int j = 0; j < Hq; j++) {
+            const size_t v = at + (size_t)(j / G) * D;
+            const float p = scores[(size_t)j * L + t];
+            float *oj = out + (size_t)j * D;
+            if (wide) {
+                for (int d = 0; d < D; d += LANES) {
+                    vf o = load_f32(oj + d) + p * load_kind(pool, xk, v + d);
+                    memcpy(oj + d, &o, sizeof o);
                 }
+            } else {
+                for (int d = 0; d < D; d++) oj[d] += p * get(pool, xk, v + d);
             }
-        } else {
-            for (int g = 0; g < G; g++)
-                for (int d = 0; d < D; d++)
-                    out[(size_t)g * D + d] += scores[(size_t)g * L + t] * get(pool, xk, at + d);
         }
     }
 }
@@ -152,7 +177,7 @@ int mm_decode(const mm_model *m, int B, const int64_t *ids, const int64_t *posit
               const int32_t *kv_lens, void *hidden, double *product_s) {
     const int C = m->C, Hq = m->Hq, Hkv = m->Hkv, D = m->D, I = m->I, S = m->S, xk = m->xk;
     if (B < 1 || (xk != F32 && xk != BF16) || Hkv < 1 || Hq % Hkv || D % 2) return 1;
-    const int QKV = (Hq + 2 * Hkv) * D, G = Hq / Hkv, size = SIZE[xk];
+    const int QKV = (Hq + 2 * Hkv) * D, size = SIZE[xk];
     for (int b = 0; b < B; b++)
         if (kv_lens[b] < 1 || kv_lens[b] > (kv_indptr[b + 1] - kv_indptr[b]) * S) return 1;
     const int wide = QKV > 2 * I ? QKV : 2 * I;
@@ -193,21 +218,17 @@ int mm_decode(const mm_model *m, int B, const int64_t *ids, const int64_t *posit
             for (int j = 0; j < Hkv * D; j++)  /* V as it came out of the product */
                 put(ly->pool, xk, kv_at + S * vec + j, get(y, xk, (size_t)b * QKV + (Hq + Hkv) * D + j));
         }
-        /* attention: each request's KV heads, on threads when there is enough of it */
+        /* attention: each request on its own, on threads when there is enough of it */
         long work = 0;
         for (int b = 0; b < B; b++) work += (long)kv_lens[b] * Hq * D;
-        const int tasks = B * Hkv;
         int failed = 0;
-        #pragma omp parallel for num_threads(work >= (1L << 18) ? m->threads : 1) schedule(dynamic)
-        for (int task = 0; task < tasks; task++) {
-            int b = task / Hkv, h = task % Hkv;
-            float *sc = malloc(sizeof(float) * ((size_t)G * kv_lens[b] + (size_t)G * D));
+        #pragma omp parallel for num_threads(B > 1 && work >= (1L << 22) ? m->threads : 1) schedule(dynamic)
+        for (int b = 0; b < B; b++) {
+            float *sc = malloc(sizeof(float) * ((size_t)Hq * kv_lens[b] + (size_t)Hq * D));
             if (!sc) { failed = 1; continue; }
-            float *o = sc + (size_t)G * kv_lens[b];
-            attend(m, ly->pool, kv_indices + kv_indptr[b], kv_lens[b], h,
-                   q + ((size_t)b * Hq + (size_t)h * G) * D, sc, o);
-            for (int j = 0; j < G * D; j++)
-                put(in, xk, ((size_t)b * Hq + (size_t)h * G) * D + j, o[j]);
+            float *o = sc + (size_t)Hq * kv_lens[b];
+            attend(m, ly->pool, kv_indices + kv_indptr[b], kv_lens[b], q + (size_t)b * Hq * D, sc, o);
+            for (int j = 0; j < Hq * D; j++) put(in, xk, (size_t)b * Hq * D + j, o[j]);
             free(sc);
         }
         if (failed) { code = 2; goto done; }
@@ -215,11 +236,20 @@ int mm_decode(const mm_model *m, int B, const int64_t *ids, const int64_t *posit
         for (int j = 0; j < B * C; j++) res[j] = R(get(y, xk, j) + res[j], xk);
         for (int b = 0; b < B; b++) rms_norm(res + b * C, ly->post_norm, C, m->eps, xk, in, (size_t)b * C);
         if ((code = product(m, in, &ly->gate_up, y, B, &spent))) goto done;
-        for (int b = 0; b < B; b++)
-            for (int i = 0; i < I; i++) {
-                float g = get(y, xk, (size_t)b * 2 * I + i), u = get(y, xk, (size_t)b * 2 * I + I + i);
+        for (int b = 0; b < B; b++) {  /* SiLU(gate) * up */
+            const size_t g0 = (size_t)b * 2 * I, u0 = g0 + I;
+            int i = 0;
+            for (; i + LANES <= I; i += LANES) {
+                vf g = load_kind(y, xk, g0 + i), u = load_kind(y, xk, u0 + i);
+                vf a = g / (1.0f + vexp(-g));
+                for (int l = 0; l < LANES; l++)
+                    put(in, xk, (size_t)b * I + i + l, R(R(a[l], xk) * u[l], xk));
+            }
+            for (; i < I; i++) {
+                float g = get(y, xk, g0 + i), u = get(y, xk, u0 + i);
                 put(in, xk, (size_t)b * I + i, R(R(g / (1.0f + expf(-g)), xk) * u, xk));
             }
+        }
         if ((code = product(m, in, &ly->down, y, B, &spent))) goto done;
         for (int j = 0; j < B * C; j++) x[j] = get(y, xk, j);
     }
