@@ -29,6 +29,8 @@ from typing import Protocol
 
 import torch
 
+from minimodel.kernels import native
+
 GREEDY_BELOW = 1e-5  # temperatures under this are greedy (the same threshold as vLLM's)
 INT64_MAX = 2**63 - 1  # integer fields must fit the int64 tensors and generators they reach
 INT64_MIN = -(2**63)
@@ -368,6 +370,14 @@ class Sampler:
         same distribution gives `last_top_logprobs`.
         """
         B, V = logits.shape
+        if all(sp.greedy and sp.num_logprobs is None and sp.min_tokens == 0
+               and not sp.has_penalties for sp in params):
+            # only argmax and its log-probability: on a CPU, one pass over each row in C
+            # (kernels/decode.c), where the log_softmax below writes all V of them
+            found = native.greedy(logits)
+            if found is not None and bool(found[1].isfinite().all()):
+                self.last_top_logprobs = [None] * B
+                return found
         generators = generators or [None] * B
         rows = rows if rows is not None else self._rows
         raw = logits.float()

@@ -195,3 +195,52 @@ def test_the_engine_generates_the_same_with_and_without_the_c_step(dtype):
         assert [o.token_ids for o in with_c] == [o.token_ids for o in without]
     for a, b in zip(with_c, without, strict=True):
         assert len(a.token_ids) == len(b.token_ids) == 20
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows, vocab", [(1, 151936), (5, 1000), (3, 7), (8, 33)])
+def test_greedy_is_torchs_argmax_and_log_softmax(dtype, rows, vocab):
+    gen = torch.Generator().manual_seed(rows * vocab)
+    logits = (torch.randn(rows, vocab, generator=gen) * 4).to(dtype)
+    if vocab > 20:  # a tie: the first of equal maxima wins
+        logits[0, vocab - 3] = logits[0, 5] = logits[0].max() + 1
+        logits[-1, 2] = float("-inf")
+    tokens, logprobs = native.greedy(logits)
+    assert torch.equal(tokens, logits.argmax(-1))
+    want = logits.float().log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+    torch.testing.assert_close(logprobs, want, rtol=1e-6, atol=1e-6)
+
+
+def test_greedy_marks_rows_it_cannot_score():
+    logits = torch.zeros(3, 40)
+    logits[0, 7] = float("nan")  # torch.argmax: a NaN is the largest
+    logits[1, 9] = float("inf")
+    logits[2] = float("-inf")
+    tokens, logprobs = native.greedy(logits)
+    assert tokens.tolist() == logits.argmax(-1).tolist() == [7, 9, 0]
+    assert logprobs.isnan().all()
+    assert native.greedy(torch.zeros(2, 3, 4)) is None  # not [B, V]
+
+
+def test_the_sampler_takes_the_c_pass_only_for_plain_greedy_rows_and_agrees_with_torch():
+    from minimodel.sampling import Sampler
+
+    gen = torch.Generator().manual_seed(9)
+    logits = torch.randn(4, 5000, generator=gen).bfloat16()
+    sampler = Sampler()
+    greedy = [SamplingParams(temperature=0.0)] * 4
+    tokens, logprobs = sampler(logits, greedy)
+    assert torch.equal(tokens, logits.float().argmax(-1))
+    want = logits.float().log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+    torch.testing.assert_close(logprobs, want, rtol=1e-6, atol=1e-6)
+    # asking for top logprobs takes torch's path: the same tokens and log-probabilities
+    tokens2, logprobs2 = sampler(logits, [SamplingParams(temperature=0.0, logprobs=2)] * 4)
+    assert torch.equal(tokens2, tokens)
+    torch.testing.assert_close(logprobs2, want, rtol=0, atol=0)
+    assert all(top is not None and len(top) == 2 for top in sampler.last_top_logprobs)
+    sampler(logits, greedy)
+    assert sampler.last_top_logprobs == [None] * 4
+    nan = logits.clone()
+    nan[1, 3] = float("nan")  # the C pass cannot score it: torch's path decides, as before
+    tokens3, logprobs3 = sampler(nan, greedy)
+    assert int(tokens3[1]) == 3 and logprobs3[1].isnan()

@@ -180,11 +180,11 @@ int mm_decode(const mm_model *m, int B, const int64_t *ids, const int64_t *posit
     const int QKV = (Hq + 2 * Hkv) * D, size = SIZE[xk];
     for (int b = 0; b < B; b++)
         if (kv_lens[b] < 1 || kv_lens[b] > (kv_indptr[b + 1] - kv_indptr[b]) * S) return 1;
-    const int wide = QKV > 2 * I ? QKV : 2 * I;
+    /* the widest row a product reads or writes: q/k/v, gate/up, the hidden size */
+    const int wide = QKV > 2 * I ? (QKV > C ? QKV : C) : (2 * I > C ? 2 * I : C);
     float *x = malloc(sizeof(float) * B * C), *res = malloc(sizeof(float) * B * C);
     float *q = malloc(sizeof(float) * B * Hq * D), *head = malloc(sizeof(float) * D);
-    void *in = malloc((size_t)size * B * (wide > C ? wide : C));
-    void *y = malloc((size_t)size * B * wide);
+    void *in = malloc((size_t)size * B * wide), *y = malloc((size_t)size * B * wide);
     int code = 0;
     double spent = 0;
     if (!x || !res || !q || !head || !in || !y) { code = 2; goto done; }
@@ -259,4 +259,52 @@ done:
     free(x); free(res); free(q); free(head); free(in); free(y);
     *product_s = spent;
     return code;
+}
+
+static inline int any(vi m) { int32_t a[LANES]; memcpy(a, &m, sizeof a); int o = 0; for (int l = 0; l < LANES; l++) o |= a[l]; return o != 0; }
+
+/* The greedy choice of each row of logits [rows, V] (kind F32 or BF16): tokens[r], the index
+ * of its first largest logit (a NaN counts as the largest, as in torch.argmax), and
+ * logprobs[r], that token's log-probability: log_softmax(row)[token] = -log(sum_i e^(x_i -
+ * max)), NaN where a row holds a NaN or an infinity as its largest. */
+void mm_greedy(const void *logits, int kind, int rows, int V, int64_t *tokens, float *logprobs,
+               int threads) {
+    #pragma omp parallel for num_threads(rows >= 4 ? threads : 1) schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const size_t row = (size_t)r * V;
+        vf vmax = (vf){0} - INFINITY;
+        vi nans = (vi){0};
+        int i = 0;
+        for (; i + LANES <= V; i += LANES) {
+            vf x = load_kind(logits, kind, row + i);
+            vi gt = (vi)(x > vmax);
+            nans |= (vi)(x != x);
+            vmax = (vf)(((vi)x & gt) | ((vi)vmax & ~gt));
+        }
+        float top = -INFINITY;
+        for (int l = 0; l < LANES; l++) if (vmax[l] > top) top = vmax[l];
+        int nan = any(nans);
+        for (int j = i; j < V; j++) {
+            float x = get(logits, kind, row + j);
+            if (x != x) nan = 1; else if (x > top) top = x;
+        }
+        int64_t token = -1;
+        for (i = 0; token < 0 && i + LANES <= V; i += LANES) {  /* the first maximum (or NaN) */
+            vf x = load_kind(logits, kind, row + i);
+            if (any(nan ? (vi)(x != x) : (vi)(x == top)))
+                for (int l = 0; l < LANES; l++)
+                    if (nan ? x[l] != x[l] : x[l] == top) { token = i + l; break; }
+        }
+        for (int j = i; token < 0 && j < V; j++) {
+            float x = get(logits, kind, row + j);
+            if (nan ? x != x : x == top) token = j;
+        }
+        tokens[r] = token;
+        if (nan || isinf(top)) { logprobs[r] = NAN; continue; }
+        vf sum = (vf){0};
+        for (i = 0; i + LANES <= V; i += LANES) sum += vexp(load_kind(logits, kind, row + i) - top);
+        float total = hsum(sum);
+        for (int j = i; j < V; j++) total += expf(get(logits, kind, row + j) - top);
+        logprobs[r] = -logf(total);
+    }
 }

@@ -9,6 +9,10 @@ machine where it is slower never runs it. MINIMODEL_NATIVE=0 turns it off.
 - `pack(weight)`: W packed once into gemv.c's blocked layout (a copy; int8 weights of torchao keep
   their per-row scales beside).
 - `gemv(x, packed, bias)`: y = x @ W.T (+ bias), x [rows, in] float32 or bfloat16.
+- `greedy(logits)`: each row's argmax and its log-probability in one pass (decode.c).
+
+decode.c, built into the same library, also holds a whole decode step of the model
+(engine/native_decode.py).
 """
 
 from __future__ import annotations
@@ -136,6 +140,9 @@ def library() -> ctypes.CDLL | None:
     lib.mm_pack.restype = None
     lib.mm_pack.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                             ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    lib.mm_greedy.restype = None
+    lib.mm_greedy.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     lib.mm_decode.restype = ctypes.c_int
     lib.mm_decode.argtypes = [ctypes.POINTER(MMModel), ctypes.c_int, *[ctypes.c_void_p] * 7,
                               ctypes.POINTER(ctypes.c_double)]
@@ -271,3 +278,21 @@ def _call(lib: ctypes.CDLL, x: torch.Tensor, kind: int, packed: Packed,
                        0 if scale is None else KINDS[scale.dtype],
                        None if bias is None else bias.data_ptr(), y.data_ptr(), x.shape[0],
                        packed.in_features, packed.out_features, torch.get_num_threads())
+
+
+def greedy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(tokens Long [B], logprobs float32 [B]) of a CPU float32 or bfloat16 logits [B, V]: each
+    row's argmax (the first of equal maxima; a NaN counts as the largest, as torch.argmax) and
+    its log_softmax, in one pass over the row in C (decode.c's mm_greedy). None without the C
+    kernel or for another tensor; a logprob is NaN where the row's largest is not finite."""
+    lib = library()
+    if (lib is None or logits.dim() != 2 or logits.device.type != "cpu"
+            or logits.dtype not in (torch.float32, torch.bfloat16) or 0 in logits.shape):
+        return None
+    logits = logits.contiguous()
+    rows, vocab = logits.shape
+    tokens = torch.empty(rows, dtype=torch.int64)
+    logprobs = torch.empty(rows, dtype=torch.float32)
+    lib.mm_greedy(logits.data_ptr(), KINDS[logits.dtype], rows, vocab, tokens.data_ptr(),
+                  logprobs.data_ptr(), torch.get_num_threads())
+    return tokens, logprobs
