@@ -375,7 +375,7 @@ class Sampler:
             # only argmax and its log-probability: on a CPU, one pass over each row in C
             # (kernels/decode.c), where the log_softmax below writes all V of them
             found = native.greedy(logits)
-            if found is not None and bool(found[1].isfinite().all()):
+            if found is not None and all(map(math.isfinite, found[1].tolist())):
                 self.last_top_logprobs = [None] * B
                 return found
         generators = generators or [None] * B

@@ -122,7 +122,11 @@ class ModelRunner:
         """The forward pass, then the logits [b, V] of the packed `rows` (None if none); the
         same on every rank (the LM head gathers the vocabulary slices on rank 0)."""
         hidden = self.forward(input_ids, metadata)  # [N, C]
-        return self.model.compute_logits(hidden[rows]) if rows else None
+        if not rows:
+            return None
+        if rows != list(range(hidden.shape[0])):  # a decode step samples every row, in order
+            hidden = hidden[rows]
+        return self.model.compute_logits(hidden)
 
     def broadcast(self, input_ids: torch.Tensor, batch: ScheduledBatch,
                   metadata: AttentionMetadata, rows: list[int]) -> None:
