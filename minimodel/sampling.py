@@ -22,14 +22,12 @@ own logits, before min_tokens, penalties, temperature and truncation.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import InitVar, dataclass
 from typing import Protocol
 
 import torch
-
-from minimodel.kernels import native
 
 GREEDY_BELOW = 1e-5  # temperatures under this are greedy (the same threshold as vLLM's)
 INT64_MAX = 2**63 - 1  # integer fields must fit the int64 tensors and generators they reach
@@ -333,8 +331,14 @@ class Sampler:
     `last_top_logprobs[i]` holds row i's most likely tokens when its params ask for logprobs.
     """
 
-    def __init__(self, device: torch.device | str = "cpu") -> None:
+    def __init__(self, device: torch.device | str = "cpu",
+                 greedy: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]
+                 | None = None) -> None:
+        """greedy: logits [B, V] -> (argmax, its log_softmax) of each row, or None where it
+        cannot; used when every row is plain greedy (no penalties, min_tokens or top
+        logprobs) and it finds only finite log-probabilities."""
         self.device = torch.device(device)
+        self.greedy = greedy
         self._shared = torch.Generator(device=self.device)
         self._shared.seed()
         self.eos_token_ids: set[int] = set()
@@ -372,9 +376,9 @@ class Sampler:
         B, V = logits.shape
         if all(sp.greedy and sp.num_logprobs is None and sp.min_tokens == 0
                and not sp.has_penalties for sp in params):
-            # only argmax and its log-probability: on a CPU, one pass over each row in C
-            # (kernels/decode.c), where the log_softmax below writes all V of them
-            found = native.greedy(logits)
+            # only argmax and its log-probability: `greedy` may find them in one pass over
+            # each row (the engine's, in C on a CPU), where the log_softmax below writes all V
+            found = self.greedy(logits) if self.greedy is not None else None
             if found is not None and all(map(math.isfinite, found[1].tolist())):
                 self.last_top_logprobs = [None] * B
                 return found

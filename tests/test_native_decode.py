@@ -227,15 +227,22 @@ def test_the_sampler_takes_the_c_pass_only_for_plain_greedy_rows_and_agrees_with
 
     gen = torch.Generator().manual_seed(9)
     logits = torch.randn(4, 5000, generator=gen).bfloat16()
-    sampler = Sampler()
+    calls = []
+
+    def counted(x):
+        calls.append(x.shape[0])
+        return native.greedy(x)
+
+    sampler = Sampler(greedy=counted)
     greedy = [SamplingParams(temperature=0.0)] * 4
     tokens, logprobs = sampler(logits, greedy)
+    assert calls == [4]
     assert torch.equal(tokens, logits.float().argmax(-1))
     want = logits.float().log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
     torch.testing.assert_close(logprobs, want, rtol=1e-6, atol=1e-6)
     # asking for top logprobs takes torch's path: the same tokens and log-probabilities
     tokens2, logprobs2 = sampler(logits, [SamplingParams(temperature=0.0, logprobs=2)] * 4)
-    assert torch.equal(tokens2, tokens)
+    assert calls == [4] and torch.equal(tokens2, tokens)
     torch.testing.assert_close(logprobs2, want, rtol=0, atol=0)
     assert all(top is not None and len(top) == 2 for top in sampler.last_top_logprobs)
     sampler(logits, greedy)
@@ -244,3 +251,6 @@ def test_the_sampler_takes_the_c_pass_only_for_plain_greedy_rows_and_agrees_with
     nan[1, 3] = float("nan")  # the C pass cannot score it: torch's path decides, as before
     tokens3, logprobs3 = sampler(nan, greedy)
     assert int(tokens3[1]) == 3 and logprobs3[1].isnan()
+    assert Sampler().greedy is None  # a plain sampler: torch's path only
+    llm = LLM("tiny", num_pages=8, skip_tokenizer_init=True, tune_kernels=False)
+    assert llm.runner.sampler.greedy is native.greedy  # the engine's, on a CPU

@@ -62,7 +62,9 @@ class ModelRunner:
                                 config.page_size, config.dtype, self.device,
                                 num_kv_heads=num_kv_heads)
         self.backend = BACKENDS[config.attention_backend](self.kv_cache, num_heads, config.dtype)
-        self.sampler = Sampler(self.device)
+        # a greedy step's argmax and log-probability in one pass in C on a CPU (decode.c)
+        self.sampler = Sampler(self.device, greedy=native.greedy
+                               if self.device.type == "cpu" and native.library() else None)
         self.sampler.eos_token_ids = set(config.eos_token_ids)  # min_tokens holds them back
         self.graphs = None  # a CUDAGraphRunner once `capture_cuda_graphs` ran
         # One CPU process with the torch backend: decode steps run the model's forward inlined
