@@ -146,19 +146,32 @@ def test_it_runs_where_the_measured_c_products_cost_no_more_than_slack_times_the
 
 
 @torch.inference_mode()
-def test_a_step_the_c_code_refuses_raises_and_a_position_past_the_tables_too():
+def test_a_step_the_c_code_refuses_raises_and_writes_nothing():
     model, _ = load_language_model("tiny", max_positions=16)
     bind_c(model)
     gen = torch.Generator().manual_seed(3)
     caches, tables = prefilled_twins(model, [5], torch.float32, gen, PAGE)
     step = NativeDecoder(model, caches[1][1])
+    before = [p.clone() for p in caches[1][0].pools]
     md = decode_metadata(tables, [6], PAGE)
     md.kv_lens = [len(tables[0]) * PAGE + 1]  # more tokens than its pages hold
     with pytest.raises(ValueError, match="refused"):
         step(torch.tensor([4]), md)
+    vocab = model.cfg.vocab_size
+    md = decode_metadata(tables, [6], PAGE)
+    for ids in (torch.tensor([vocab]), torch.tensor([-1])):  # no such token
+        with pytest.raises(ValueError, match="out of range"):
+            step(ids, md)
+    with pytest.raises(ValueError, match="one token per request"):
+        step(torch.tensor([4, 5]), md)
+    past = decode_metadata([[63, 64]], [6], PAGE)  # the pool has 64 pages: 0..63
+    with pytest.raises(ValueError, match="out of range"):
+        step(torch.tensor([4]), past)
+    assert all(torch.equal(a, b) for a, b in zip(before, caches[1][0].pools, strict=True))
     far = decode_metadata([list(range(8))], [20], PAGE)
     with pytest.raises(ValueError, match="RoPE tables"):
         step(torch.tensor([4]), far)
+    step(torch.tensor([4]), md)  # and a good step still runs
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -17,7 +17,7 @@ is another formulation gets a `c_gemv` pack of its own. Elsewhere the runner kee
 torch step. The K/V go into the same slots of the same pool, so prefills (the
 model's forward) and native decode steps read each other's cache. Hidden states equal the
 model's within float rounding, not bit for bit (tests/test_native_decode.py): sums run in
-another order, and the exponentials are the C library's.
+another order, and e^x is decode.c's own.
 
 What it reads: the model's norm weights, embedding, RoPE tables and KV pools in place, and the
 layers' packed weights (the packs, not the weights: as with `c_gemv` anywhere, a weight
@@ -62,17 +62,19 @@ class NativeDecoder:
         self._packs: dict[Any, native.Packed] = {}  # c_gemv packs of layers that chose another
         self.product_s = 0.0
         self._state: tuple[Any, ...] = ()  # what the struct was built from
-        self._ok: dict[int | None, bool] = {}  # row bucket -> every product chose c_gemv
+        self._ok: dict[int | None, bool] = {}  # row bucket -> may run here
         self._struct: native.MMModel | None = None
         self._keep: list[Any] = []  # tensors the struct points into
 
     def _current(self) -> tuple[Any, ...]:
-        """What the struct depends on: the layers' kernels, the RoPE tables, the pools."""
+        """What the struct depends on: the layers' kernels, the RoPE tables, the pools, the
+        thread count."""
         return (*(m.kernels for m in self.products), self.model.rope_cos,
-                self.model.rope_sin, *self.backend.kv_cache.pools)
+                self.model.rope_sin, *self.backend.kv_cache.pools, torch.get_num_threads())
 
     def can_run(self, metadata: AttentionMetadata) -> bool:
-        """A pure decode step whose row bucket chose the C kernel for every product."""
+        """A pure decode step, of a row bucket where the C kernel's products cost at most
+        SLACK times the chosen ones (see the module's docstring)."""
         if not metadata.is_decode:
             return False
         state = self._current()
@@ -149,15 +151,17 @@ class NativeDecoder:
             len(model.model.layers), cfg.hidden_size, attn.num_heads, attn.num_kv_heads,
             attn.head_dim, model.model.layers[0].mlp.down_proj.weight.shape[1],
             self.backend.kv_cache.page_size, native.KINDS[dtype], torch.get_num_threads(),
-            cfg.rms_norm_eps, self.backend.scale, layers, ptr(model.model.embed_tokens.weight),
-            cos.data_ptr(), sin.data_ptr(), ptr(model.model.norm.weight))
+            model.model.embed_tokens.weight.shape[0], self.backend.kv_cache.pools[0].shape[0],
+            cos.shape[0], cfg.rms_norm_eps, self.backend.scale, layers,
+            ptr(model.model.embed_tokens.weight), cos.data_ptr(), sin.data_ptr(),
+            ptr(model.model.norm.weight))
 
     @torch.inference_mode()
     def __call__(self, ids: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         """ids: Long [B], one new token per request of a decode step (`can_run` true) ->
         hidden [B, C], the final norm applied; each token's K/V written into its slot."""
         if not self.can_run(metadata):
-            raise ValueError("NativeDecoder runs pure decode steps whose products all chose "
+            raise ValueError("NativeDecoder runs pure decode steps whose products may run on "
                              "the C kernel (see can_run); run the model's forward instead.")
         if self._struct is None:
             self._struct = self._build()
@@ -165,6 +169,9 @@ class NativeDecoder:
         if max(metadata.kv_lens) > rows:
             raise ValueError(f"a position past the RoPE tables ({rows} positions): "
                              f"kv_lens {metadata.kv_lens}.")
+        if ids.shape != (B,):
+            raise ValueError(f"ids must hold one token per request: [{B}], got "
+                             f"{tuple(ids.shape)}.")
         dtype = self.model.model.embed_tokens.weight.dtype
         ids = ids.to(torch.int64).contiguous()
         kv_lens = torch.tensor(metadata.kv_lens, dtype=torch.int32)
@@ -185,7 +192,9 @@ class NativeDecoder:
         else:
             code = lib.mm_decode(*args)
         if code:
-            raise ValueError(f"decode.c refused the step (code {code}): kv_lens "
-                             f"{metadata.kv_lens}.")
+            raise ValueError(
+                f"decode.c refused the step (code {code}; 1: a token id, position, slot or page "
+                f"out of range, or more tokens than a request's pages hold; 2: out of memory); "
+                f"nothing was written. kv_lens {metadata.kv_lens}.")
         self.product_s += spent.value
         return hidden

@@ -35,6 +35,7 @@ typedef struct {
 
 typedef struct {
     int32_t layers, C, Hq, Hkv, D, I, S, xk, threads;
+    int32_t vocab, pages, positions;  /* rows of embed, pages of each pool, rows of cos/sin */
     float eps, scale;  /* RMSNorm's eps; attention's softmax scale */
     const mm_layer *layer;
     const void *embed;  /* [V, C] */
@@ -170,16 +171,23 @@ static void attend(const mm_model *m, const void *pool, const int32_t *pages, in
 /* hidden[b] (kind xk, [B, C]) for B requests that each bring one new token ids[b] at
  * positions[b], written to slots[b] (page * S + offset); request b's pages are
  * kv_indices[kv_indptr[b]:kv_indptr[b + 1]] and it holds kv_lens[b] tokens with this one.
- * *product_s gets the seconds spent in the products. Returns 0; 1 on bad arguments, 2 when
- * out of memory, or mm_gemv's code. */
+ * *product_s gets the seconds spent in the products. Returns 0; 1 on bad arguments (checked
+ * before anything is written: a token, position, slot or page out of range, or kv_lens past a
+ * request's pages), 2 when out of memory, or mm_gemv's code. */
 int mm_decode(const mm_model *m, int B, const int64_t *ids, const int64_t *positions,
               const int64_t *slots, const int32_t *kv_indptr, const int32_t *kv_indices,
               const int32_t *kv_lens, void *hidden, double *product_s) {
     const int C = m->C, Hq = m->Hq, Hkv = m->Hkv, D = m->D, I = m->I, S = m->S, xk = m->xk;
     if (B < 1 || (xk != F32 && xk != BF16) || Hkv < 1 || Hq % Hkv || D % 2) return 1;
     const int QKV = (Hq + 2 * Hkv) * D, size = SIZE[xk];
-    for (int b = 0; b < B; b++)
-        if (kv_lens[b] < 1 || kv_lens[b] > (kv_indptr[b + 1] - kv_indptr[b]) * S) return 1;
+    for (int b = 0; b < B; b++) {  /* everything it will read or write lies in its tensor */
+        if (kv_lens[b] < 1 || kv_lens[b] > (kv_indptr[b + 1] - kv_indptr[b]) * S ||
+            ids[b] < 0 || ids[b] >= m->vocab || positions[b] < 0 ||
+            positions[b] >= m->positions || slots[b] < 0 || slots[b] >= (int64_t)m->pages * S)
+            return 1;
+        for (int p = kv_indptr[b]; p < kv_indptr[b + 1]; p++)
+            if (kv_indices[p] < 0 || kv_indices[p] >= m->pages) return 1;
+    }
     /* the widest row a product reads or writes: q/k/v, gate/up, the hidden size */
     const int wide = QKV > 2 * I ? (QKV > C ? QKV : C) : (2 * I > C ? 2 * I : C);
     float *x = malloc(sizeof(float) * B * C), *res = malloc(sizeof(float) * B * C);

@@ -175,7 +175,8 @@ class MMModel(ctypes.Structure):
     """decode.c's mm_model: the shapes, the layers and the tables of a whole model."""
 
     _fields_ = [*[(n, ctypes.c_int32) for n in ("layers", "C", "Hq", "Hkv", "D", "I", "S",
-                                               "xk", "threads")],
+                                               "xk", "threads", "vocab", "pages",
+                                               "positions")],
                 ("eps", ctypes.c_float), ("scale", ctypes.c_float),
                 ("layer", ctypes.POINTER(MMLayer)), ("embed", ctypes.c_void_p),
                 ("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p), ("norm", ctypes.c_void_p)]
