@@ -22,7 +22,7 @@ own logits, before min_tokens, penalties, temperature and truncation.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import InitVar, dataclass
 from typing import Protocol
@@ -331,14 +331,8 @@ class Sampler:
     `last_top_logprobs[i]` holds row i's most likely tokens when its params ask for logprobs.
     """
 
-    def __init__(self, device: torch.device | str = "cpu",
-                 greedy: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]
-                 | None = None) -> None:
-        """greedy: logits [B, V] -> (argmax, its log_softmax) of each row, or None where it
-        cannot; used when every row is plain greedy (no penalties, min_tokens or top
-        logprobs) and it finds only finite log-probabilities."""
+    def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
-        self.greedy = greedy
         self._shared = torch.Generator(device=self.device)
         self._shared.seed()
         self.eos_token_ids: set[int] = set()
@@ -374,14 +368,6 @@ class Sampler:
         same distribution gives `last_top_logprobs`.
         """
         B, V = logits.shape
-        if all(sp.greedy and sp.num_logprobs is None and sp.min_tokens == 0
-               and not sp.has_penalties for sp in params):
-            # only argmax and its log-probability: `greedy` may find them in one pass over
-            # each row (the engine's, in C on a CPU), where the log_softmax below writes all V
-            found = self.greedy(logits) if self.greedy is not None else None
-            if found is not None and all(map(math.isfinite, found[1].tolist())):
-                self.last_top_logprobs = [None] * B
-                return found
         generators = generators or [None] * B
         rows = rows if rows is not None else self._rows
         raw = logits.float()

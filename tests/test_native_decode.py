@@ -235,18 +235,22 @@ def test_greedy_marks_rows_it_cannot_score():
     assert native.greedy(torch.zeros(2, 3, 4)) is None  # not [B, V]
 
 
-def test_the_sampler_takes_the_c_pass_only_for_plain_greedy_rows_and_agrees_with_torch():
+def test_the_sampler_takes_the_c_pass_only_for_plain_greedy_rows_and_agrees_with_torch(
+        monkeypatch):
+    from minimodel.engine.native_decode import GreedySampler
     from minimodel.sampling import Sampler
 
     gen = torch.Generator().manual_seed(9)
     logits = torch.randn(4, 5000, generator=gen).bfloat16()
     calls = []
+    real = native.greedy
 
     def counted(x):
         calls.append(x.shape[0])
-        return native.greedy(x)
+        return real(x)
 
-    sampler = Sampler(greedy=counted)
+    monkeypatch.setattr(native, "greedy", counted)
+    sampler = GreedySampler()
     greedy = [SamplingParams(temperature=0.0)] * 4
     tokens, logprobs = sampler(logits, greedy)
     assert calls == [4]
@@ -264,6 +268,6 @@ def test_the_sampler_takes_the_c_pass_only_for_plain_greedy_rows_and_agrees_with
     nan[1, 3] = float("nan")  # the C pass cannot score it: torch's path decides, as before
     tokens3, logprobs3 = sampler(nan, greedy)
     assert int(tokens3[1]) == 3 and logprobs3[1].isnan()
-    assert Sampler().greedy is None  # a plain sampler: torch's path only
     llm = LLM("tiny", num_pages=8, skip_tokenizer_init=True, tune_kernels=False)
-    assert llm.runner.sampler.greedy is native.greedy  # the engine's, on a CPU
+    assert type(llm.runner.sampler) is GreedySampler  # the engine's, on a CPU
+    assert isinstance(llm.runner.sampler, Sampler)

@@ -27,6 +27,7 @@ changed in place after packing is not seen; rebinding a layer's kernels is).
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ from minimodel.engine.model import PackedQwen3ForCausalLM
 from minimodel.engine.quantization import linear_layers
 from minimodel.kernels import native
 from minimodel.kernels.matmul import FORMULATIONS, row_bucket
+from minimodel.sampling import Sampler, SamplingParams
 
 PROFILER_LABEL = "minimodel::c_decode"  # what torch.profiler calls a native decode step
 # The C kernel's products may take up to this much longer than the chosen ones, in total over
@@ -198,3 +200,22 @@ class NativeDecoder:
                 f"nothing was written. kv_lens {metadata.kv_lens}.")
         self.product_s += spent.value
         return hidden
+
+
+class GreedySampler(Sampler):
+    """The engine's sampler on a CPU: a batch whose every row is plain greedy (no penalties,
+    min_tokens or top logprobs) gets its argmax and that token's log-probability from one
+    pass over each row in C (`native.greedy`, decode.c), where `Sampler` writes the whole
+    log_softmax; any other batch, or a row whose largest logit is not finite, goes to
+    `Sampler` as it is."""
+
+    def __call__(self, logits: torch.Tensor, params: list[SamplingParams],
+                 generators: list[torch.Generator | None] | None = None,
+                 rows: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if all(sp.greedy and sp.num_logprobs is None and sp.min_tokens == 0
+               and not sp.has_penalties for sp in params):
+            found = native.greedy(logits)
+            if found is not None and all(map(math.isfinite, found[1].tolist())):
+                self.last_top_logprobs = [None] * len(params)
+                return found
+        return super().__call__(logits, params, generators, rows)

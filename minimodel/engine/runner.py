@@ -26,7 +26,7 @@ from minimodel.engine.kernel_choice import capturable_kernels, choose_kernels
 from minimodel.engine.kv_cache import KVCache
 from minimodel.engine.lean_decode import InlineDecoder
 from minimodel.engine.model import PackedQwen3ForCausalLM
-from minimodel.engine.native_decode import NativeDecoder
+from minimodel.engine.native_decode import GreedySampler, NativeDecoder
 from minimodel.engine.quantization import quantize_model
 from minimodel.engine.scheduler import ScheduledBatch
 from minimodel.kernels import native
@@ -63,8 +63,9 @@ class ModelRunner:
                                 num_kv_heads=num_kv_heads)
         self.backend = BACKENDS[config.attention_backend](self.kv_cache, num_heads, config.dtype)
         # a greedy step's argmax and log-probability in one pass in C on a CPU (decode.c)
-        self.sampler = Sampler(self.device, greedy=native.greedy
-                               if self.device.type == "cpu" and native.library() else None)
+        self.sampler = (GreedySampler(self.device)
+                        if self.device.type == "cpu" and native.library() else
+                        Sampler(self.device))
         self.sampler.eos_token_ids = set(config.eos_token_ids)  # min_tokens holds them back
         self.graphs = None  # a CUDAGraphRunner once `capture_cuda_graphs` ran
         # One CPU process with the torch backend: decode steps run the model's forward inlined
