@@ -17,7 +17,7 @@ from minimodel.engine import LLM
 from minimodel.engine.attention import build_metadata, decode_metadata
 from minimodel.engine.kernel_choice import KernelChoice
 from minimodel.engine.native_decode import SLACK, NativeDecoder
-from minimodel.engine.quantization import linear_layers
+from minimodel.engine.quantization import linear_layers, quantize_model
 from minimodel.engine.speculative import load_language_model
 from minimodel.kernels import native
 from minimodel.kernels.matmul import ROW_BUCKETS, LinearKernels
@@ -60,13 +60,18 @@ CASES += [("bard", dtype, lens) for dtype in (torch.float32, torch.bfloat16)
           for lens in ([9], [5, 12, 1])]
 CASES += [(name, dtype, lens) for name in [*DECODE_SHAPES, "odd-head-dim"]
           for dtype in (torch.float32, torch.bfloat16) for lens in ([6], [5, 12, 1])]
+CASES = [(*case, None) for case in CASES]
+# int8 weights (torchao's), packed in quads where the CPU has integer products
+CASES += [(name, dtype, [5, 12, 1], "int8") for name in ("tiny", "bard")
+          for dtype in (torch.float32, torch.bfloat16)]
 
 
-@pytest.mark.parametrize("name, dtype, prompt_lens", CASES)
+@pytest.mark.parametrize("name, dtype, prompt_lens, quantization", CASES)
 @torch.inference_mode()
 def test_the_c_step_is_the_models_decode_step_within_rounding(folders, name, dtype,
-                                                               prompt_lens):
+                                                               prompt_lens, quantization):
     model, _ = load_language_model(folders[name], dtype=dtype, max_positions=128)
+    quantize_model(model, quantization)
     bind_c(model)
     gen = torch.Generator().manual_seed(sum(prompt_lens))
     vocab = model.cfg.vocab_size

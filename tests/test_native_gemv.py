@@ -84,6 +84,62 @@ def test_pairs_and_plain_layouts_agree():
     assert (a.float() - b.float()).abs().max().item() <= 2**-7 * a.float().abs().max().item()
 
 
+def quads() -> bool:
+    return lib().mm_quads_max_in() > 0
+
+
+@pytest.mark.parametrize("act", [torch.float32, torch.bfloat16])
+def test_int8_weights_take_integer_products_where_the_cpu_has_them(act):
+    w, x, bias = data(300, 1000, 6)
+    q, scale = int8(w, act)
+    packed = native.pack(q, scale, act)
+    assert packed.layout == (native.QUADS if quads() else native.PLAIN if act == torch.float32
+                             else native.PAIRS)
+    # one input far larger than the rest: the bytes' scales follow the row's largest
+    x[:, 7] = 1000
+    x = x.to(act)
+    exact_w = q.double() * scale.double()[:, None]
+    exact = x.double() @ exact_w.T + bias.to(act).double()
+    got = native.gemv(x, packed, bias.to(act)).double()
+    if act == torch.float32:
+        # float32: each input off by at most 2^-21 of the row's largest, plus float32's sums
+        bound = 2.0**-21 * 1000 * exact_w.abs().sum(1) + 1e-6 * exact.abs()
+    else:
+        # bfloat16: the inputs of at least 1/32 of the largest are exact, the others off by at
+        # most 2^-14 of it; then the result is rounded to bfloat16
+        small = (x.double().abs() < 1000 / 32).double()
+        bound = 2.0**-14 * 1000 * small @ exact_w.abs().T + 2**-8 * exact.abs()
+    assert ((got - exact).abs() <= bound).all()
+
+
+def test_a_zero_row_gives_the_bias_and_a_row_with_inf_or_nan_gives_nan():
+    w, x, bias = data(40, 64, 4)
+    q, scale = int8(w, torch.float32)
+    packed = native.pack(q, scale, torch.float32)
+    x[1] = 0
+    x[2, 5] = float("inf")
+    x[3, 9] = float("nan")
+    got = native.gemv(x, packed, bias)
+    assert torch.equal(got[1], bias)
+    assert got[2:].isnan().all() if quads() else not got[2:].isfinite().all(dim=1).any()
+    exact = x[0].double() @ (q.double() * scale.double()[:, None]).T + bias.double()
+    assert (got[0].double() - exact).abs().max().item() <= 1e-5 * (exact.abs().max().item() + 1)
+
+
+def test_an_int8_weight_too_wide_for_int32_sums_is_packed_otherwise_and_still_right():
+    top = lib().mm_quads_max_in()
+    inp = (top or 65536) + 4  # 255 * 128 * inputs would overflow the int32 sums
+    g = torch.Generator().manual_seed(3)
+    q = torch.randint(-128, 128, (3, inp), generator=g, dtype=torch.int8)
+    scale = torch.full((3,), 0.01)
+    x = torch.rand(2, inp, generator=g) + 1  # all of one sign: the sums grow with the inputs
+    packed = native.pack(q, scale, torch.float32)
+    assert packed.layout == native.PLAIN
+    exact = x.double() @ (q.double() * 0.01).T
+    got = native.gemv(x, packed).double()
+    assert (got - exact).abs().max().item() <= 1e-5 * (exact.abs().max().item() + 1)
+
+
 def test_the_result_does_not_depend_on_the_thread_count():
     w, x, _ = data(4096, 256, 3)
     packed = native.pack(w)

@@ -19,12 +19,12 @@
 #include <time.h>
 
 /* gemv.c */
-int mm_gemv(const void *x, int xk, const void *packed, int wk, int pairs, const void *scale,
+int mm_gemv(const void *x, int xk, const void *packed, int wk, int layout, const void *scale,
             int sk, const void *bias, void *y, int rows, int in, int out, int threads);
 
 typedef struct {  /* one product's weight, as mm_gemv takes it */
     const void *packed, *scale, *bias;
-    int32_t wk, pairs, sk, in, out;
+    int32_t wk, layout, sk, in, out;
 } mm_weight;
 
 typedef struct {
@@ -59,7 +59,7 @@ static double now(void) {
 static int product(const mm_model *m, const void *x, const mm_weight *w, void *y, int B,
                    double *spent) {
     double t0 = now();
-    int code = mm_gemv(x, m->xk, w->packed, w->wk, w->pairs, w->scale, w->sk, w->bias, y, B,
+    int code = mm_gemv(x, m->xk, w->packed, w->wk, w->layout, w->scale, w->sk, w->bias, y, B,
                        w->in, w->out, m->threads);
     *spent += now() - t0;
     return code;
@@ -74,9 +74,6 @@ static void rms_norm(const float *v, const void *w, int n, float eps, int xk, vo
     for (int i = 0; i < n; i++) put(out, xk, at + i, R(get(w, xk, i) * R(v[i] * r, xk), xk));
 }
 
-static inline vf load_kind(const void *p, int xk, size_t at) {
-    return xk == F32 ? load_f32((const float *)p + at) : load_bf16((const uint16_t *)p + at);
-}
 static inline float hsum(vf v) {  /* the sum of a vector's lanes, as a tree */
 #if defined(__AVX512F__)
     return _mm512_reduce_add_ps((__m512)v);

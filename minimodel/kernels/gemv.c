@@ -9,11 +9,15 @@
  * once (bfloat16 and int8 weights too) and used for every row, and no horizontal sums are
  * needed. Threads (OpenMP) split the blocks.
  *
+ * With AVX512_VNNI, int8 weights take a third layout (quads, below): the products are integer
+ * multiply-adds on the weights' own bytes, with no conversion of the weights at all.
+ *
  * Portable C: GCC/Clang vector extensions, LANES floats per vector (16 with AVX-512, else 8),
  * built by minimodel/kernels/native.py with -O3 -march=native. Sums are in float32, in another
  * order than a BLAS's, so results equal F.linear's within float tolerance, not bit for bit.
  */
 #include "mm.h"
+#include <math.h>
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 /* AVX512_BF16: one instruction multiplies 16 pairs of bfloat16 and adds each pair's two
@@ -32,34 +36,76 @@ static inline __m512bh load_pairs_i8(const void *p) {  /* int8 is exact in bfloa
 #define PAIRS 0
 #endif
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+/* AVX512_VNNI: one instruction multiplies 64 pairs of (unsigned byte, signed byte) and adds each
+ * four products into an int32 lane. For it, int8 weights are packed in quads of inputs,
+ * block[i / 4][l][i % 4] = W[blk * LANES + l][i], followed by each output's sum of weights.
+ *
+ * The weights stay int8, and the activations are not rounded to 8 bits: each row is written as
+ * P signed bytes per input with power-of-two scales s_k = 2^(E - 7k), E the least with
+ * max|x| <= 127 * 2^E:
+ *     x = s0 * a0 + s1 * a1 (+ s2 * a2) + e,   a_k integers in [-127, 127],  |e| <= s_(P-1) / 2.
+ * A bfloat16 value has 8 significant bits: with P = 2 it is exact when it is at least 1/32 of
+ * the row's largest, and otherwise off by at most 2^-14 of the largest (no more than a bfloat16
+ * rounding of a value 1/32 of the largest). A float32 value, with P = 3, is off by at most
+ * 2^-21 of the largest. Then
+ *     x . w = sum_k s_k * (a_k . w) = sum_k s_k * ((a_k + 128) . w - 128 * sum(w)),
+ * with a_k + 128 an unsigned byte, and each integer sum is exact in int32 for up to 65,536
+ * inputs (|(a_k + 128) . w| <= 255 * 128 * in). P integer products per 64 weights cost less
+ * than converting the 64 weights to floats. */
+#define QUADS 1
+#define QMAX_IN 65536
+#else
+#define QUADS 0
+#define QMAX_IN 0
+#endif
+enum { PLAIN = 0, PAIRED = 1, QUADRUPLED = 2 };  /* the layouts of a packed weight */
+
 /* The interface's version: native.py checks it. */
-int mm_abi(void) { return 3; }
+int mm_abi(void) { return 4; }
 
 int mm_lanes(void) { return LANES; }
 
 /* 1 when bfloat16 and int8 weights can be packed in pairs for bfloat16 activations. */
 int mm_has_pairs(void) { return PAIRS; }
 
-/* Bytes of W packed: ceil(out / LANES) blocks of [in][LANES] (in rounded up to even in pairs),
- * zero-padded. */
-size_t mm_packed_bytes(int wk, int pairs, int out, int in) {
-    size_t inp = pairs ? (size_t)(in + 1) / 2 * 2 : (size_t)in;
-    return (size_t)((out + LANES - 1) / LANES) * inp * LANES * SIZE[wk];
+/* The most inputs an int8 weight packed in quads may have; 0 where there are no quads. */
+int mm_quads_max_in(void) { return QMAX_IN; }
+
+/* Inputs per weight row once packed: rounded up to the pair or the quad */
+static inline int padded_in(int layout, int in) {
+    return layout == PAIRED ? (in + 1) / 2 * 2 : layout == QUADRUPLED ? (in + 3) / 4 * 4 : in;
 }
 
-/* packed[blk][i][l] = w[blk * LANES + l][i], or in pairs packed[blk][i / 2][l][i % 2] */
-void mm_pack(const void *w, int wk, int pairs, int out, int in, void *packed, int threads) {
-    int blocks = (out + LANES - 1) / LANES, s = SIZE[wk], inp = pairs ? (in + 1) / 2 * 2 : in;
+/* Bytes of W packed: ceil(out / LANES) blocks of [in][LANES] (in rounded up to the pair or the
+ * quad), zero-padded; in quads, then one int32 sum of weights per (padded) output. */
+size_t mm_packed_bytes(int wk, int layout, int out, int in) {
+    size_t blocks = (size_t)(out + LANES - 1) / LANES;
+    return blocks * padded_in(layout, in) * LANES * SIZE[wk]
+           + (layout == QUADRUPLED ? blocks * LANES * 4 : 0);
+}
+
+/* packed[blk][i][l] = w[blk * LANES + l][i]; in pairs packed[blk][i / 2][l][i % 2], in quads
+ * packed[blk][i / 4][l][i % 4] and then sums[o] = sum_i w[o][i] */
+void mm_pack(const void *w, int wk, int layout, int out, int in, void *packed, int threads) {
+    int blocks = (out + LANES - 1) / LANES, s = SIZE[wk], inp = padded_in(layout, in);
+    int group = layout == PAIRED ? 2 : layout == QUADRUPLED ? 4 : 1;
+    int32_t *sums = (int32_t *)((char *)packed + (size_t)blocks * inp * LANES * s);
     #pragma omp parallel for num_threads(threads) schedule(static)
     for (int blk = 0; blk < blocks; blk++) {
         char *dst = (char *)packed + (size_t)blk * inp * LANES * s;
         for (int i = 0; i < inp; i++)
             for (int l = 0; l < LANES; l++) {
                 int o = blk * LANES + l;
-                size_t at = pairs ? ((size_t)(i / 2) * LANES + l) * 2 + i % 2
-                                  : (size_t)i * LANES + l;
+                size_t at = ((size_t)(i / group) * LANES + l) * group + i % group;
                 if (o < out && i < in) memcpy(dst + at * s, (const char *)w + ((size_t)o * in + i) * s, s);
                 else memset(dst + at * s, 0, s);
+            }
+        if (layout == QUADRUPLED)
+            for (int l = 0; l < LANES; l++) {
+                int o = blk * LANES + l, sum = 0;
+                for (int i = 0; o < out && i < in; i++) sum += ((const int8_t *)w)[(size_t)o * in + i];
+                sums[o] = sum;
             }
     }
 }
@@ -96,6 +142,120 @@ static void NAME##_##NB##_##RB(const void *xv, int in, const char *wp, vf *out) 
     } \
     for (int b = 0; b < NB; b++) for (int r = 0; r < RB; r++) out[b * RB + r] = (vf)acc[b][r]; \
 }
+#if QUADS
+/* The same on quads: x is [RB][P][in / 4] quads of unsigned bytes (a_k + 128), s [RB][P] the
+ * rows' scales s_k, sums the blocks' sums of weights; out gets the float sums. */
+#define QKERNEL(NAME, P, NB, RB) \
+static void NAME##_##NB##_##RB(const uint32_t *x, int in, const char *wp, const int32_t *sums, \
+                               const float *s, vf *out) { \
+    __m512i acc[NB][RB][P]; \
+    for (int b = 0; b < NB; b++) for (int r = 0; r < RB; r++) for (int k = 0; k < P; k++) \
+        acc[b][r][k] = _mm512_setzero_si512(); \
+    const size_t bstride = (size_t)in * LANES, quads = (size_t)in / 4; \
+    for (size_t i = 0; i < quads; i++) { \
+        __m512i xb[RB][P]; \
+        for (int r = 0; r < RB; r++) for (int k = 0; k < P; k++) \
+            xb[r][k] = _mm512_set1_epi32((int)x[(r * P + k) * quads + i]); \
+        for (int b = 0; b < NB; b++) { \
+            __m512i w = _mm512_loadu_si512(wp + b * bstride + i * 4 * LANES); \
+            for (int r = 0; r < RB; r++) for (int k = 0; k < P; k++) \
+                acc[b][r][k] = _mm512_dpbusd_epi32(acc[b][r][k], xb[r][k], w); \
+        } \
+    } \
+    for (int b = 0; b < NB; b++) { \
+        __m512i off = _mm512_slli_epi32(_mm512_loadu_si512(sums + b * LANES), 7); \
+        for (int r = 0; r < RB; r++) { \
+            __m512 y = _mm512_setzero_ps(); \
+            for (int k = 0; k < P; k++) \
+                y = _mm512_fmadd_ps(_mm512_set1_ps(s[r * P + k]), \
+                                    _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[b][r][k], off)), y); \
+            out[b * RB + r] = (vf)y; \
+        } \
+    } \
+}
+/* One block at a time: blocks side by side are streams 16 * in bytes apart, which on int8 read
+ * slower than one stream (measured); rows 4 at a time (P running sums each). q2 for bfloat16
+ * activations (P = 2), q3 for float32 (P = 3). */
+#define QKERNELS(NAME, P) \
+QKERNEL(NAME, P, 1, 1) QKERNEL(NAME, P, 1, 2) QKERNEL(NAME, P, 1, 3) QKERNEL(NAME, P, 1, 4) \
+QKERNEL(NAME, P, 1, 5) QKERNEL(NAME, P, 1, 6) QKERNEL(NAME, P, 1, 7) QKERNEL(NAME, P, 1, 8)
+QKERNELS(q2, 2)
+QKERNELS(q3, 3)
+typedef void (*qfn)(const uint32_t *, int, const char *, const int32_t *, const float *, vf *);
+#define QROWS 8
+#ifndef QROWS_OF
+#define QROWS_OF(P) ((P) == 2 ? 8 : 4)  /* rows at once: as many as the registers hold */
+#endif
+static const qfn QONE[2][QROWS + 1] = {
+    {0, q2_1_1, q2_1_2, q2_1_3, q2_1_4, q2_1_5, q2_1_6, q2_1_7, q2_1_8},
+    {0, q3_1_1, q3_1_2, q3_1_3, q3_1_4, q3_1_5, q3_1_6, q3_1_7, q3_1_8}};
+
+/* Each row of x [rows][in] (kind xk) as P bytes per input, q [rows][P][inq] (a_k + 128, padded
+ * with 128: zero), and its P scales s [rows][P]. A row holding inf or NaN gets NaN scales, so
+ * its outputs are NaN. Every step is exact in float32: the scales are powers of two, and each
+ * rest is what is left below the bits a byte took. */
+static void split_rows(const void *x, int xk, int P, int rows, int in, int inq, uint8_t *q,
+                       float *s) {
+    for (int r = 0; r < rows; r++) {
+        const size_t at = (size_t)r * in;
+        __m512 mv = _mm512_setzero_ps();
+        __mmask16 odd = 0;
+        int i = 0;
+        for (; i + LANES <= in; i += LANES) {
+            __m512 v = (__m512)load_kind(x, xk, at + i);
+            odd |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            mv = _mm512_max_ps(mv, _mm512_abs_ps(v));
+        }
+        float m = _mm512_reduce_max_ps(mv);
+        for (; i < in; i++) {
+            float v = fabsf(get(x, xk, at + i));
+            if (v != v) odd = 1;
+            m = v > m ? v : m;
+        }
+        uint8_t *row = q + (size_t)r * P * inq;
+        memset(row, 128, (size_t)P * inq);
+        if (odd || !isfinite(m)) {
+            for (int k = 0; k < P; k++) s[r * P + k] = NAN;
+            continue;
+        }
+        if (!(m > 0)) {
+            for (int k = 0; k < P; k++) s[r * P + k] = 0;
+            continue;
+        }
+        int E = 0;  /* the least E with m <= 127 * 2^E */
+        frexpf(m / 127, &E);
+        while (ldexpf(127, E - 1) >= m) E--;
+        while (ldexpf(127, E) < m) E++;
+        float up[3], down[3];  /* 2^(7k - E), 2^(E - 7k) */
+        for (int k = 0; k < P; k++) {
+            up[k] = ldexpf(1, 7 * k - E);
+            down[k] = s[r * P + k] = ldexpf(1, E - 7 * k);
+        }
+        const __m512 hi = _mm512_set1_ps(127), lo = _mm512_set1_ps(-127);
+        for (i = 0; i + LANES <= in; i += LANES) {
+            __m512 rest = (__m512)load_kind(x, xk, at + i);
+            for (int k = 0; k < P; k++) {
+                __m512 a = _mm512_roundscale_ps(_mm512_mul_ps(rest, _mm512_set1_ps(up[k])),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                a = _mm512_min_ps(_mm512_max_ps(a, lo), hi);
+                __m512i u = _mm512_add_epi32(_mm512_cvtps_epi32(a), _mm512_set1_epi32(128));
+                _mm_storeu_si128((__m128i *)(row + (size_t)k * inq + i), _mm512_cvtepi32_epi8(u));
+                rest = _mm512_fnmadd_ps(a, _mm512_set1_ps(down[k]), rest);
+            }
+        }
+        for (; i < in; i++) {
+            float rest = get(x, xk, at + i);
+            for (int k = 0; k < P; k++) {
+                float a = nearbyintf(rest * up[k]);
+                a = a > 127 ? 127 : a < -127 ? -127 : a;
+                row[(size_t)k * inq + i] = (uint8_t)(a + 128);
+                rest -= a * down[k];
+            }
+        }
+    }
+}
+#endif
+
 /* for each RB of 1..8 rows: NB blocks at once (more blocks, fewer rows), and one block */
 /* NB_r: the blocks a kernel of r rows takes at once, as many running sums as the registers hold
  * (32 vector registers with AVX-512, 16 with AVX2); GROUP: blocks per thread's task, a multiple
@@ -139,12 +299,14 @@ KERNELS(PKERNEL, pb, load_pairs_i8, 1)
 typedef void (*kfn)(const void *, int, const char *, vf *);
 
 /* y[r][o] = sum_i x[r][i] * w[o][i] (* scale[o]) (+ bias[o]); x and y (and bias) of kind xk
- * (F32 or BF16), W of kind wk packed by mm_pack (in pairs or not), scale (I8 only) of kind sk.
+ * (F32 or BF16), W of kind wk packed by mm_pack in the given layout, scale (I8 only) of kind sk.
  * Returns 0; 1 on bad arguments, 2 when out of memory. */
-int mm_gemv(const void *x, int xk, const void *packed, int wk, int pairs, const void *scale,
+int mm_gemv(const void *x, int xk, const void *packed, int wk, int layout, const void *scale,
             int sk, const void *bias, void *y, int rows, int in, int out, int threads) {
     if (rows < 1 || in < 1 || out < 1 || (xk != F32 && xk != BF16) || wk < F32 || wk > I8 ||
-        (wk == I8 && !scale) || (pairs && (!PAIRS || xk != BF16 || wk == F32)))
+        (wk == I8 && !scale) || layout < PLAIN || layout > QUADRUPLED ||
+        (layout == PAIRED && (!PAIRS || xk != BF16 || wk == F32)) ||
+        (layout == QUADRUPLED && (!QUADS || wk != I8 || in > QMAX_IN)))
         return 1;
     kfn many[9], one[9];
 #define SET(N) \
@@ -152,11 +314,18 @@ int mm_gemv(const void *x, int xk, const void *packed, int wk, int pairs, const 
     many[5] = N##_NB_5_5; many[6] = N##_NB_6_6; many[7] = N##_NB_7_7; many[8] = N##_NB_8_8; \
     one[1] = N##_1_1; one[2] = N##_1_2; one[3] = N##_1_3; one[4] = N##_1_4; \
     one[5] = N##_1_5; one[6] = N##_1_6; one[7] = N##_1_7; one[8] = N##_1_8;
-    /* x as the kernels read it: float32, or bfloat16 padded to even inputs for pairs */
-    const int inp = pairs ? (in + 1) / 2 * 2 : in;
-    void *xs = malloc((size_t)rows * inp * (pairs ? 2 : 4));
+    /* x as the kernels read it: float32; bfloat16 padded to even inputs for pairs; three bytes
+     * per input and three scales per row for quads */
+    const int inp = padded_in(layout, in), quads = layout == QUADRUPLED, P = xk == F32 ? 3 : 2;
+    const size_t xrow = quads ? (size_t)P * inp : (size_t)inp * (layout == PAIRED ? 2 : 4);
+    void *xs = malloc((size_t)rows * xrow + (quads ? (size_t)rows * P * sizeof(float) : 0));
     if (!xs) return 2;
-    if (pairs) {
+    float *qs = (float *)((char *)xs + (size_t)rows * xrow);
+    if (quads) {
+#if QUADS
+        split_rows(x, xk, P, rows, in, inp, xs, qs);
+#endif
+    } else if (layout == PAIRED) {
         uint16_t *xh = xs;
         for (int r = 0; r < rows; r++) {
             memcpy(xh + (size_t)r * inp, (const uint16_t *)x + (size_t)r * in, (size_t)in * 2);
@@ -170,9 +339,9 @@ int mm_gemv(const void *x, int xk, const void *packed, int wk, int pairs, const 
         for (size_t j = 0; j < (size_t)rows * in; j++) xf[j] = get(x, xk, j);
         if (wk == F32) { SET(kf) } else if (wk == BF16) { SET(kh) } else { SET(kb) }
     }
-    const size_t xrow = (size_t)inp * (pairs ? 2 : 4);
     const int blocks = (out + LANES - 1) / LANES, s = SIZE[wk];
     const size_t bstride = (size_t)inp * LANES * s;
+    const int32_t *sums = (const int32_t *)((const char *)packed + blocks * bstride);
     const int group = GROUP;
     const int tasks = (blocks + group - 1) / group;
     if ((size_t)blocks * bstride < (384u << 10)) threads = 1;  /* waking a thread costs more */
@@ -180,22 +349,45 @@ int mm_gemv(const void *x, int xk, const void *packed, int wk, int pairs, const 
     for (int t = 0; t < tasks; t++) {
         vf acc[16];
         int b0 = t * group, b1 = b0 + group < blocks ? b0 + group : blocks;
-        for (int r0 = 0; r0 < rows; r0 += 8) {
-            int rb = rows - r0 < 8 ? rows - r0 : 8, nb = NBLOCKS[rb];
+#if QUADS
+        const int most = quads ? QROWS_OF(P) : 8;
+#else
+        const int most = 8;
+#endif
+        for (int r0 = 0; r0 < rows; r0 += most) {
+            int rb = rows - r0 < most ? rows - r0 : most;
+            int nb = quads ? 1 : NBLOCKS[rb];
             for (int b = b0; b < b1;) {
                 int n = b + nb <= b1 ? nb : 1;
-                (n == 1 ? one : many)[rb]((const char *)xs + r0 * xrow, inp,
-                                          (const char *)packed + b * bstride, acc);
-                for (int k = 0; k < n; k++) for (int r = 0; r < rb; r++)
-                    for (int l = 0; l < LANES; l++) {
-                        int o = (b + k) * LANES + l;
-                        if (o >= out) break;
-                        float v = acc[k * rb + r][l];
-                        if (wk == I8) v *= get(scale, sk, o);
-                        if (bias) v += get(bias, xk, o);
-                        size_t at = (size_t)(r0 + r) * out + o;
-                        if (xk == F32) ((float *)y)[at] = v; else ((uint16_t *)y)[at] = f32_bf16(v);
+                const char *wp = (const char *)packed + b * bstride;
+                if (quads) {
+#if QUADS
+                    QONE[P - 2][rb](
+                        (const uint32_t *)((const char *)xs + r0 * xrow), inp, wp,
+                        sums + b * LANES, qs + r0 * P, acc);
+#endif
+                } else {
+                    (n == 1 ? one : many)[rb]((const char *)xs + r0 * xrow, inp, wp, acc);
+                }
+                for (int k = 0; k < n; k++) for (int r = 0; r < rb; r++) {
+                    int o0 = (b + k) * LANES;
+                    size_t at = (size_t)(r0 + r) * out + o0;
+                    if (o0 + LANES <= out) {  /* a whole block: on vectors */
+                        vf v = acc[k * rb + r];
+                        if (wk == I8) v *= load_kind(scale, sk, o0);
+                        if (bias) v += load_kind(bias, xk, o0);
+                        if (xk == F32) memcpy((float *)y + at, &v, sizeof v);
+                        else store_bf16((uint16_t *)y + at, v);
+                        continue;
                     }
+                    for (int l = 0; l < LANES && o0 + l < out; l++) {
+                        float v = acc[k * rb + r][l];
+                        if (wk == I8) v *= get(scale, sk, o0 + l);
+                        if (bias) v += get(bias, xk, o0 + l);
+                        if (xk == F32) ((float *)y)[at + l] = v;
+                        else ((uint16_t *)y)[at + l] = f32_bf16(v);
+                    }
+                }
                 b += n;
             }
         }

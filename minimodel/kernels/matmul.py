@@ -268,10 +268,10 @@ def describe_choices(choices: dict[int, str]) -> str:
 
 def machine_key() -> str:
     """What a measured choice depends on: the CPU, torch's version and threads, oneDNN, and
-    whether the C kernel is built."""
+    which build of the C kernel is loaded, if any."""
     parts = [native.cpu_description(), torch.__version__, str(torch.get_num_threads()),
              str(torch.backends.mkldnn.is_available()), str(TABLE_VERSION),
-             str(native.library() is not None)]
+             native.build_key()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

@@ -63,5 +63,19 @@ static inline vf load_i8(const void *p) {
 }
 #endif
 
+/* v rounded to bfloat16 (to nearest even, NaN kept NaN, as f32_bf16) and stored at p */
+static inline void store_bf16(uint16_t *p, vf v) {
+    vu u; memcpy(&u, &v, sizeof u);
+    vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);
+    vu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    r = (nan & ((u >> 16) | 0x40u)) | (~nan & r);
+    vh h = __builtin_convertvector(r, vh);
+    memcpy(p, &h, sizeof h);
+}
+
+/* LANES values of kind F32 or BF16 at p[at] as floats */
+static inline vf load_kind(const void *p, int kind, size_t at) {
+    return kind == F32 ? load_f32((const float *)p + at) : load_bf16((const uint16_t *)p + at);
+}
 
 #endif

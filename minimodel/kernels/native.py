@@ -33,7 +33,8 @@ import torch
 from minimodel.home import minimodel_home, write_atomic
 
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("gemv.c", "decode.c", "mm.h"))
-ABI = 3  # gemv.c's mm_abi()
+ABI = 4  # gemv.c's mm_abi()
+PLAIN, PAIRS, QUADS = 0, 1, 2  # the layouts of a packed weight (gemv.c)
 KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
 # tried in order: the first that compiles is used (Apple's clang has no -fopenmp; then one thread)
 FLAG_SETS = (("-O3", "-march=native", "-fopenmp"), ("-O3", "-march=native"),
@@ -42,6 +43,7 @@ COMPILE_TIMEOUT_S = 300
 PROFILER_LABEL = "minimodel::c_gemv"  # what torch.profiler calls a product of this kernel
 
 _status = "not loaded yet"
+_key = ""  # the loaded library's: a hash of the sources, the compiler, the flags and the CPU
 
 
 def cpu_description() -> str:
@@ -64,6 +66,12 @@ def compiler() -> str | None:
     if found:
         return shutil.which(found.split()[0])
     return next((p for p in map(shutil.which, ("cc", "gcc", "clang")) if p), None)
+
+
+def build_key() -> str:
+    """Which build of the C kernel is loaded ("" for none): timings taken with one build say
+    nothing of another."""
+    return _key if library() is not None else ""
 
 
 def status() -> str:
@@ -97,7 +105,7 @@ def _build(cc: str, out: Path, flags_file: Path) -> tuple[str, ...] | str:
 @functools.cache
 def library() -> ctypes.CDLL | None:
     """gemv.c built for this machine and loaded, or None (see `status()`)."""
-    global _status
+    global _status, _key
     if os.environ.get("MINIMODEL_NATIVE", "1") == "0":
         _status = "off (MINIMODEL_NATIVE=0)"
         return None
@@ -130,6 +138,7 @@ def library() -> ctypes.CDLL | None:
     if lib.mm_abi() != ABI:
         _status = f"{path} is of another version: delete it"
         return None
+    _key = key
     lib.mm_gemv.restype = ctypes.c_int
     lib.mm_gemv.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                             ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
@@ -137,6 +146,7 @@ def library() -> ctypes.CDLL | None:
                             ctypes.c_int]
     lib.mm_packed_bytes.restype = ctypes.c_size_t
     lib.mm_packed_bytes.argtypes = [ctypes.c_int] * 4
+    lib.mm_quads_max_in.restype = ctypes.c_int
     lib.mm_pack.restype = None
     lib.mm_pack.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                             ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
@@ -149,7 +159,8 @@ def library() -> ctypes.CDLL | None:
     flags = flags_file.read_text().strip() if flags_file.exists() else "?"
     _status = (f"built with {Path(cc).name} {flags}: {lib.mm_lanes()} float lanes, "
                f"{'OpenMP threads' if '-fopenmp' in flags else 'one thread'}"
-               f"{', bfloat16 pair products (AVX512_BF16)' if lib.mm_has_pairs() else ''}")
+               f"{', bfloat16 pair products (AVX512_BF16)' if lib.mm_has_pairs() else ''}"
+               f"{', int8 quad products (AVX512_VNNI)' if lib.mm_quads_max_in() else ''}")
     return lib
 
 
@@ -157,7 +168,7 @@ class MMWeight(ctypes.Structure):
     """decode.c's mm_weight: one product's packed weight, as mm_gemv takes it."""
 
     _fields_ = [("packed", ctypes.c_void_p), ("scale", ctypes.c_void_p),
-                ("bias", ctypes.c_void_p), ("wk", ctypes.c_int32), ("pairs", ctypes.c_int32),
+                ("bias", ctypes.c_void_p), ("wk", ctypes.c_int32), ("layout", ctypes.c_int32),
                 ("sk", ctypes.c_int32), ("in_features", ctypes.c_int32),
                 ("out_features", ctypes.c_int32)]
 
@@ -184,16 +195,22 @@ class MMModel(ctypes.Structure):
 
 @dataclass(frozen=True)
 class Packed:
-    """A weight in gemv.c's blocked layout: `data` (bytes), its kind and shape, whether it is
-    packed in pairs of inputs (AVX512_BF16's products: bfloat16 activations only), and for
-    int8 the per-row scales."""
+    """A weight in gemv.c's blocked layout: `data` (bytes), its kind and shape, its layout
+    (PLAIN; PAIRS of inputs for AVX512_BF16's products, bfloat16 activations only; QUADS of
+    int8 inputs for AVX512_VNNI's integer products, either activations), and for int8 the
+    per-row scales."""
 
     data: torch.Tensor
     kind: int
     out_features: int
     in_features: int
-    pairs: bool
+    layout: int
     scale: torch.Tensor | None = None
+
+    @property
+    def pairs(self) -> bool:
+        """Packed for bfloat16 activations only."""
+        return self.layout == PAIRS
 
     @property
     def nbytes(self) -> int:
@@ -224,12 +241,17 @@ def pack(weight: torch.Tensor, scale: torch.Tensor | None = None,
         raise ValueError(f"activations must be float32 or bfloat16, got {activations}.")
     weight = weight.detach().contiguous()
     kind = KINDS[weight.dtype]
-    pairs = bool(lib.mm_has_pairs()) and activations == torch.bfloat16 and kind != 0
-    data = torch.empty(lib.mm_packed_bytes(kind, pairs, out_features, in_features),
+    if kind == KINDS[torch.int8] and 0 < in_features <= lib.mm_quads_max_in():
+        layout = QUADS
+    elif lib.mm_has_pairs() and activations == torch.bfloat16 and kind != 0:
+        layout = PAIRS
+    else:
+        layout = PLAIN
+    data = torch.empty(lib.mm_packed_bytes(kind, layout, out_features, in_features),
                        dtype=torch.uint8)
-    lib.mm_pack(weight.data_ptr(), kind, pairs, out_features, in_features, data.data_ptr(),
+    lib.mm_pack(weight.data_ptr(), kind, layout, out_features, in_features, data.data_ptr(),
                 torch.get_num_threads())
-    return Packed(data, kind, out_features, in_features, pairs, scale)
+    return Packed(data, kind, out_features, in_features, layout, scale)
 
 
 def weight_struct(packed: Packed, bias: torch.Tensor | None) -> MMWeight:
@@ -237,7 +259,7 @@ def weight_struct(packed: Packed, bias: torch.Tensor | None) -> MMWeight:
     into `packed` and `bias`, which the caller keeps alive."""
     scale = packed.scale
     return MMWeight(packed.data.data_ptr(), None if scale is None else scale.data_ptr(),
-                    None if bias is None else bias.data_ptr(), packed.kind, packed.pairs,
+                    None if bias is None else bias.data_ptr(), packed.kind, packed.layout,
                     0 if scale is None else KINDS[scale.dtype], packed.in_features,
                     packed.out_features)
 
@@ -274,7 +296,7 @@ def gemv(x: torch.Tensor, packed: Packed, bias: torch.Tensor | None = None) -> t
 def _call(lib: ctypes.CDLL, x: torch.Tensor, kind: int, packed: Packed,
           bias: torch.Tensor | None, y: torch.Tensor) -> int:
     scale = packed.scale
-    return lib.mm_gemv(x.data_ptr(), kind, packed.data.data_ptr(), packed.kind, packed.pairs,
+    return lib.mm_gemv(x.data_ptr(), kind, packed.data.data_ptr(), packed.kind, packed.layout,
                        None if scale is None else scale.data_ptr(),
                        0 if scale is None else KINDS[scale.dtype],
                        None if bias is None else bias.data_ptr(), y.data_ptr(), x.shape[0],
