@@ -225,8 +225,10 @@ def test_greedy_is_torchs_argmax_and_log_softmax(dtype, rows, vocab):
         logits[-1, 2] = float("-inf")
     tokens, logprobs = native.greedy(logits)
     assert torch.equal(tokens, logits.argmax(-1))
-    want = logits.float().log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
-    torch.testing.assert_close(logprobs, want, rtol=1e-6, atol=1e-6)
+    want = logits.double().log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+    # float32 sums of e^x over the row, in lanes (and on a long row, in a part per thread):
+    # torch's own float32 log_softmax is 1.7e-5 from float64 on the longest row here
+    torch.testing.assert_close(logprobs.double(), want, rtol=0, atol=3e-5)
 
 
 def test_greedy_marks_rows_it_cannot_score():

@@ -67,6 +67,7 @@ class NativeDecoder:
         self._ok: dict[int | None, bool] = {}  # row bucket -> may run here
         self._struct: native.MMModel | None = None
         self._keep: list[Any] = []  # tensors the struct points into
+        self._approved: AttentionMetadata | None = None  # the step can_run last said yes to
 
     def _current(self) -> tuple[Any, ...]:
         """What the struct depends on: the layers' kernels, the RoPE tables, the pools, the
@@ -86,6 +87,7 @@ class NativeDecoder:
         ok = self._ok.get(bucket)
         if ok is None:
             ok = self._ok[bucket] = self._supported() and self._c_costs_no_more(bucket)
+        self._approved = metadata if ok else None  # __call__ need not ask again
         return ok
 
     def _c_costs_no_more(self, bucket: int | None) -> bool:
@@ -162,7 +164,7 @@ class NativeDecoder:
     def __call__(self, ids: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         """ids: Long [B], one new token per request of a decode step (`can_run` true) ->
         hidden [B, C], the final norm applied; each token's K/V written into its slot."""
-        if not self.can_run(metadata):
+        if metadata is not self._approved and not self.can_run(metadata):
             raise ValueError("NativeDecoder runs pure decode steps whose products may run on "
                              "the C kernel (see can_run); run the model's forward instead.")
         if self._struct is None:

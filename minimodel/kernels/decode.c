@@ -272,10 +272,27 @@ static inline int any(vi m) { int32_t a[LANES]; memcpy(a, &m, sizeof a); int o =
  * of its first largest logit (a NaN counts as the largest, as in torch.argmax), and
  * logprobs[r], that token's log-probability: log_softmax(row)[token] = -log(sum_i e^(x_i -
  * max)), NaN where a row holds a NaN or an infinity as its largest. */
-void mm_greedy(const void *logits, int kind, int rows, int V, int64_t *tokens, float *logprobs,
-               int threads) {
-    #pragma omp parallel for num_threads(rows >= 4 ? threads : 1) schedule(static)
-    for (int r = 0; r < rows; r++) {
+/* sum_i e^(x_i - top) over a row of V logits; in parts, one per thread, on a long row */
+static float sum_exp(const void *logits, int kind, size_t row, int V, float top, int threads) {
+    const int vectors = V / LANES, parts = V >= (1 << 15) ? threads : 1;
+    float part[64] = {0};
+    #pragma omp parallel for num_threads(parts < 64 ? parts : 64) schedule(static)
+    for (int t = 0; t < (parts < 64 ? parts : 64); t++) {
+        int n = parts < 64 ? parts : 64, v0 = (int)((long)vectors * t / n),
+            v1 = (int)((long)vectors * (t + 1) / n);
+        vf sum = (vf){0};
+        for (int v = v0; v < v1; v++) sum += vexp(load_kind(logits, kind, row + (size_t)v * LANES) - top);
+        part[t] = hsum(sum);
+    }
+    float total = 0;
+    for (int t = 0; t < 64; t++) total += part[t];
+    for (int j = vectors * LANES; j < V; j++) total += expf(get(logits, kind, row + j) - top);
+    return total;
+}
+
+static void greedy_row(const void *logits, int kind, int r, int V, int64_t *tokens,
+                       float *logprobs, int threads) {
+    {
         const size_t row = (size_t)r * V;
         vf vmax = (vf){0} - INFINITY;
         vi nans = (vi){0};
@@ -305,11 +322,17 @@ void mm_greedy(const void *logits, int kind, int rows, int V, int64_t *tokens, f
             if (nan ? x != x : x == top) token = j;
         }
         tokens[r] = token;
-        if (nan || isinf(top)) { logprobs[r] = NAN; continue; }
-        vf sum = (vf){0};
-        for (i = 0; i + LANES <= V; i += LANES) sum += vexp(load_kind(logits, kind, row + i) - top);
-        float total = hsum(sum);
-        for (int j = i; j < V; j++) total += expf(get(logits, kind, row + j) - top);
-        logprobs[r] = -logf(total);
+        if (nan || isinf(top)) { logprobs[r] = NAN; return; }
+        logprobs[r] = -logf(sum_exp(logits, kind, row, V, top, threads));
     }
+}
+
+void mm_greedy(const void *logits, int kind, int rows, int V, int64_t *tokens, float *logprobs,
+               int threads) {
+    if (rows < 4) {  /* a few rows: one after another, the threads sharing each row's sums */
+        for (int r = 0; r < rows; r++) greedy_row(logits, kind, r, V, tokens, logprobs, threads);
+        return;
+    }
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (int r = 0; r < rows; r++) greedy_row(logits, kind, r, V, tokens, logprobs, 1);
 }
