@@ -177,17 +177,17 @@ class NativeDecoder:
             raise ValueError(f"ids must hold one token per request: [{B}], got "
                              f"{tuple(ids.shape)}.")
         dtype = self.model.model.embed_tokens.weight.dtype
-        ids = ids.to(torch.int64).contiguous()
-        kv_lens = torch.tensor(metadata.kv_lens, dtype=torch.int32)
-        indptr = metadata.kv_indptr.to(torch.int32).contiguous()
-        indices = metadata.kv_indices.to(torch.int32).contiguous()
-        positions = metadata.positions.to(torch.int64).contiguous()
-        slots = metadata.slot_mapping.to(torch.int64).contiguous()
+        # as decode.c reads them (the metadata's tensors are so already: no torch call)
+        ids, positions, slots = (_as(t, torch.int64) for t in (
+            ids, metadata.positions, metadata.slot_mapping))
+        indptr, indices = _as(metadata.kv_indptr, torch.int32), _as(metadata.kv_indices,
+                                                                     torch.int32)
+        kv_lens = (ctypes.c_int32 * B)(*metadata.kv_lens)
         hidden = torch.empty(B, self.model.cfg.hidden_size, dtype=dtype)
         spent = ctypes.c_double()
         args = (ctypes.byref(self._struct), B, ids.data_ptr(), positions.data_ptr(),
-                slots.data_ptr(), indptr.data_ptr(), indices.data_ptr(), kv_lens.data_ptr(),
-                hidden.data_ptr(), ctypes.byref(spent))
+                slots.data_ptr(), indptr.data_ptr(), indices.data_ptr(),
+                ctypes.addressof(kv_lens), hidden.data_ptr(), ctypes.byref(spent))
         lib = native.library()
         assert lib is not None
         if torch.autograd._profiler_enabled():  # one op of its own under the profiler
@@ -202,6 +202,13 @@ class NativeDecoder:
                 f"nothing was written. kv_lens {metadata.kv_lens}.")
         self.product_s += spent.value
         return hidden
+
+
+def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """t as a contiguous CPU tensor of dtype (t itself where it is one)."""
+    if t.dtype is dtype and t.device.type == "cpu" and t.is_contiguous():
+        return t
+    return t.to(device="cpu", dtype=dtype).contiguous()
 
 
 class GreedySampler(Sampler):
