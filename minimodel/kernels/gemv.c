@@ -342,6 +342,7 @@ int mm_gemv(const void *x, int xk, const void *packed, int wk, int layout, const
     const int blocks = (out + LANES - 1) / LANES, s = SIZE[wk];
     const size_t bstride = (size_t)inp * LANES * s;
     const int32_t *sums = (const int32_t *)((const char *)packed + blocks * bstride);
+    (void)sums; (void)qs;  /* read by the quads' kernels, where the CPU has them */
     const int group = GROUP;
     const int tasks = (blocks + group - 1) / group;
     if ((size_t)blocks * bstride < (384u << 10)) threads = 1;  /* waking a thread costs more */
