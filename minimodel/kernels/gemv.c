@@ -174,8 +174,8 @@ static void NAME##_##NB##_##RB(const uint32_t *x, int in, const char *wp, const 
     } \
 }
 /* One block at a time: blocks side by side are streams 16 * in bytes apart, which on int8 read
- * slower than one stream (measured); rows 4 at a time (P running sums each). q2 for bfloat16
- * activations (P = 2), q3 for float32 (P = 3). */
+ * slower than one stream (measured); as many rows at a time as the registers hold P running
+ * sums for (QROWS_OF). q2 for bfloat16 activations (P = 2), q3 for float32 (P = 3). */
 #define QKERNELS(NAME, P) \
 QKERNEL(NAME, P, 1, 1) QKERNEL(NAME, P, 1, 2) QKERNEL(NAME, P, 1, 3) QKERNEL(NAME, P, 1, 4) \
 QKERNEL(NAME, P, 1, 5) QKERNEL(NAME, P, 1, 6) QKERNEL(NAME, P, 1, 7) QKERNEL(NAME, P, 1, 8)
@@ -183,9 +183,7 @@ QKERNELS(q2, 2)
 QKERNELS(q3, 3)
 typedef void (*qfn)(const uint32_t *, int, const char *, const int32_t *, const float *, vf *);
 #define QROWS 8
-#ifndef QROWS_OF
-#define QROWS_OF(P) ((P) == 2 ? 8 : 4)  /* rows at once: as many as the registers hold */
-#endif
+#define QROWS_OF(P) ((P) == 2 ? 8 : 4)  /* rows at once: 16 or 12 running sums */
 static const qfn QONE[2][QROWS + 1] = {
     {0, q2_1_1, q2_1_2, q2_1_3, q2_1_4, q2_1_5, q2_1_6, q2_1_7, q2_1_8},
     {0, q3_1_1, q3_1_2, q3_1_3, q3_1_4, q3_1_5, q3_1_6, q3_1_7, q3_1_8}};
