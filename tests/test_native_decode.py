@@ -57,7 +57,7 @@ def bind_c(model) -> None:
 CASES = [("tiny", dtype, lens) for dtype in (torch.float32, torch.bfloat16)
          for lens in ([9], [1], [8], [5, 12, 1], [3, 4, 16, 7])]
 CASES += [("bard", dtype, lens) for dtype in (torch.float32, torch.bfloat16)
-          for lens in ([9], [5, 12, 1])]
+          for lens in ([9], [5, 12, 1], [40, 36, 48])]  # the last: attention on threads
 CASES += [(name, dtype, lens) for name in [*DECODE_SHAPES, "odd-head-dim"]
           for dtype in (torch.float32, torch.bfloat16) for lens in ([6], [5, 12, 1])]
 CASES = [(*case, None) for case in CASES]
@@ -229,6 +229,33 @@ def test_greedy_is_torchs_argmax_and_log_softmax(dtype, rows, vocab):
     # float32 sums of e^x over the row, in lanes (and on a long row, in a part per thread):
     # torch's own float32 log_softmax is 1.7e-5 from float64 on the longest row here
     torch.testing.assert_close(logprobs.double(), want, rtol=0, atol=3e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_takes_the_first_of_equal_maxima_wherever_they_stand(dtype):
+    """One pass keeps, in each vector lane, the largest value and where it first stood: ties
+    in one lane, across lanes, in the tail past the last whole vector, and rows of -inf."""
+    V = 16 * 7 + 5  # whole vectors of 8 or 16 lanes, then a tail of 5
+    rows = []
+    for first, second in [(3, 3 + 16), (3 + 16, 3), (20, 7), (7, 20), (40, V - 2), (V - 4, V - 1),
+                          (0, V - 1), (V - 1, V - 1), (5, 13)]:
+        row = torch.zeros(V)
+        row[first] = row[second] = 2.0
+        rows.append(row)
+    rows.append(torch.full((V,), float("-inf")))  # all -inf: the first
+    tail = torch.full((V,), float("-inf"))
+    tail[V - 3] = -1.0  # the only finite value, in the tail
+    rows.append(tail)
+    late = torch.zeros(V)
+    late[V - 2] = float("nan")  # a NaN in the tail is the largest
+    rows.append(late)
+    logits = torch.stack(rows).to(dtype)
+    tokens, logprobs = native.greedy(logits)
+    assert tokens.tolist() == logits.argmax(-1).tolist()
+    finite = torch.isfinite(logits.max(-1).values) & ~logits.isnan().any(-1)
+    want = logits.double().log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+    torch.testing.assert_close(logprobs.double()[finite], want[finite], rtol=0, atol=3e-5)
+    assert logprobs[~finite].isnan().all()
 
 
 def test_greedy_marks_rows_it_cannot_score():

@@ -48,6 +48,18 @@ static inline float R(float v, int xk) { return xk == BF16 ? bf16_f32(f32_bf16(v
 static inline void put(void *p, int kind, size_t j, float v) {
     if (kind == F32) ((float *)p)[j] = v; else ((uint16_t *)p)[j] = f32_bf16(v);
 }
+/* R and put for LANES values at once (the same rounding, lane by lane) */
+static inline vf vround(vf v, int xk) {
+    if (xk != BF16) return v;
+    vu u; memcpy(&u, &v, sizeof u);
+    vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);
+    vu r = ((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u & ~nan) | ((u | 0x400000u) & 0xffff0000u & nan);
+    memcpy(&v, &r, sizeof v);
+    return v;
+}
+static inline void store_kind(void *p, int kind, size_t at, vf v) {
+    if (kind == F32) memcpy((float *)p + at, &v, sizeof v); else store_bf16((uint16_t *)p + at, v);
+}
 
 static double now(void) {
     struct timespec t;
@@ -65,15 +77,6 @@ static int product(const mm_model *m, const void *x, const mm_weight *w, void *y
     return code;
 }
 
-/* out[r] (kind xk) = RMSNorm(v[r]) * w over n values of float v (already of kind xk) */
-static void rms_norm(const float *v, const void *w, int n, float eps, int xk, void *out,
-                     size_t at) {
-    float ss = 0;
-    for (int i = 0; i < n; i++) ss += v[i] * v[i];
-    float r = 1.0f / sqrtf(ss / n + eps);
-    for (int i = 0; i < n; i++) put(out, xk, at + i, R(get(w, xk, i) * R(v[i] * r, xk), xk));
-}
-
 static inline float hsum(vf v) {  /* the sum of a vector's lanes, as a tree */
 #if defined(__AVX512F__)
     return _mm512_reduce_add_ps((__m512)v);
@@ -87,6 +90,23 @@ static inline float hsum(vf v) {  /* the sum of a vector's lanes, as a tree */
     for (int w = LANES / 2; w; w /= 2) for (int l = 0; l < w; l++) a[l] += a[l + w];
     return a[0];
 #endif
+}
+
+/* out[r] (kind xk) = RMSNorm(v[r]) * w over n values of float v (already of kind xk) */
+static void rms_norm(const float *v, const void *w, int n, float eps, int xk, void *out,
+                     size_t at) {
+    if (n % LANES == 0) {  /* whole vectors */
+        vf acc = (vf){0};
+        for (int i = 0; i < n; i += LANES) { vf x = load_f32(v + i); acc += x * x; }
+        float r = 1.0f / sqrtf(hsum(acc) / n + eps);
+        for (int i = 0; i < n; i += LANES)
+            store_kind(out, xk, at + i, load_kind(w, xk, i) * vround(load_f32(v + i) * r, xk));
+        return;
+    }
+    float ss = 0;
+    for (int i = 0; i < n; i++) ss += v[i] * v[i];
+    float r = 1.0f / sqrtf(ss / n + eps);
+    for (int i = 0; i < n; i++) put(out, xk, at + i, R(get(w, xk, i) * R(v[i] * r, xk), xk));
 }
 
 /* e^x for LANES floats: x = k ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to r^7
@@ -109,32 +129,54 @@ static inline vf vexp(vf x) {
     return p * two_k;
 }
 
-/* attention of one request over its L cached tokens: for each of its Hq query heads q (float
- * [Hq][D], head j reads KV head j / G), softmax(q . k_t * scale) @ v_t, into out (float
- * [Hq][D]); scores: float [Hq][L] of scratch. Token by token, every head at once: a token's
- * keys (and values) are one stretch of memory [Hkv][D], read in order */
-static void attend(const mm_model *m, const void *pool, const int32_t *pages, int L,
+/* ask for the cache lines of n bytes at p ahead of their use: a request's K/V pages lie
+ * anywhere in the pool, and after a step's products they come from memory */
+static inline void fetch(const void *p, size_t n) {
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 3);
+}
+#define AHEAD 32  /* tokens ahead */
+
+/* attention of one request's query heads that read KV head g, over its L cached tokens: for
+ * each of those G = Hq / Hkv heads q (float [G][D]), softmax(q . k_t * scale) @ v_t, into out
+ * (float [G][D]); scores: float [G][L] of scratch. Token by token, every head of the group at
+ * once: a token's key (and value) for KV head g is one stretch of memory [D] */
+static void attend(const mm_model *m, const void *pool, const int32_t *pages, int L, int g,
                    const float *q, float *scores, float *out) {
-    const int S = m->S, D = m->D, Hkv = m->Hkv, Hq = m->Hq, xk = m->xk, G = Hq / Hkv;
-    const size_t vec = (size_t)Hkv * D, page = 2 * (size_t)S * vec;
+    const int S = m->S, D = m->D, Hkv = m->Hkv, xk = m->xk, G = m->Hq / Hkv;
+    const size_t vec = (size_t)Hkv * D, page = 2 * (size_t)S * vec, head = (size_t)g * D;
+    const size_t size = SIZE[xk], row = D * size;  /* bytes of one token's key (or value) */
     const int wide = D % LANES == 0;  /* whole vectors of the head dim */
-    for (int t = 0; t < L; t++) {
-        size_t at = pages[t / S] * page + (size_t)(t % S) * vec;
-        for (int j = 0; j < Hq; j++) {
-            const size_t k = at + (size_t)(j / G) * D;
-            const float *qj = q + (size_t)j * D;
-            float s = 0;
-            if (wide) {
-                vf acc = (vf){0};
-                for (int d = 0; d < D; d += LANES) acc += load_kind(pool, xk, k + d) * load_f32(qj + d);
-                s = hsum(acc);
-            } else {
-                for (int d = 0; d < D; d++) s += qj[d] * get(pool, xk, k + d);
+    for (int t = 0; t < L && t < AHEAD; t++) {  /* the first keys and values */
+        const size_t at = pages[t / S] * page + (size_t)(t % S) * vec + head;
+        fetch((const char *)pool + at * size, row);
+        fetch((const char *)pool + (at + (size_t)S * vec) * size, row);
+    }
+    for (int t0 = 0; t0 < L; t0 += S) {  /* page by page, token by token */
+        const size_t k0 = pages[t0 / S] * page + head;
+        const int n = L - t0 < S ? L - t0 : S;
+        for (int u = 0; u < n; u++) {
+            const size_t k = k0 + (size_t)u * vec;
+            const int next = t0 + u + AHEAD;
+            if (next < L) {  /* its key and value */
+                const size_t at = pages[next / S] * page + (size_t)(next % S) * vec + head;
+                fetch((const char *)pool + at * size, row);
+                fetch((const char *)pool + (at + (size_t)S * vec) * size, row);
             }
-            scores[(size_t)j * L + t] = s * m->scale;
+            for (int j = 0; j < G; j++) {
+                const float *qj = q + (size_t)j * D;
+                float s = 0;
+                if (wide) {
+                    vf acc = (vf){0};
+                    for (int d = 0; d < D; d += LANES) acc += load_kind(pool, xk, k + d) * load_f32(qj + d);
+                    s = hsum(acc);
+                } else {
+                    for (int d = 0; d < D; d++) s += qj[d] * get(pool, xk, k + d);
+                }
+                scores[(size_t)j * L + t0 + u] = s * m->scale;
+            }
         }
     }
-    for (int j = 0; j < Hq; j++) {  /* softmax of each head's scores */
+    for (int j = 0; j < G; j++) {  /* softmax of each head's scores */
         float *sc = scores + (size_t)j * L, top = -INFINITY, sum = 0;
         for (int t = 0; t < L; t++) if (sc[t] > top) top = sc[t];
         int t = 0;
@@ -146,23 +188,75 @@ static void attend(const mm_model *m, const void *pool, const int32_t *pages, in
         for (; t < L; t++) { sc[t] = expf(sc[t] - top); sum += sc[t]; }
         for (t = 0; t < L; t++) sc[t] /= sum;
     }
-    for (size_t j = 0; j < (size_t)Hq * D; j++) out[j] = 0;
-    for (int t = 0; t < L; t++) {
-        size_t at = pages[t / S] * page + (size_t)S * vec + (size_t)(t % S) * vec;
-        for (int j = 0; j < Hq; j++) {
-            const size_t v = at + (size_t)(j / G) * D;
-            const float p = scores[(size_t)j * L + t];
-            float *oj = out + (size_t)j * D;
-            if (wide) {
-                for (int d = 0; d < D; d += LANES) {
-                    vf o = load_f32(oj + d) + p * load_kind(pool, xk, v + d);
-                    memcpy(oj + d, &o, sizeof o);
+    for (size_t j = 0; j < (size_t)G * D; j++) out[j] = 0;
+    for (int t0 = 0; t0 < L; t0 += S) {
+        const size_t v0 = pages[t0 / S] * page + (size_t)S * vec + head;
+        const int n = L - t0 < S ? L - t0 : S;
+        for (int u = 0; u < n; u++) {
+            const size_t v = v0 + (size_t)u * vec;
+            const int next = t0 + u + AHEAD;  /* fetched already, unless a long row's left */
+            if (next < L) fetch((const char *)pool + (pages[next / S] * page + (size_t)S * vec + (size_t)(next % S) * vec + head) * size, row);
+            for (int j = 0; j < G; j++) {
+                const float p = scores[(size_t)j * L + t0 + u];
+                float *oj = out + (size_t)j * D;
+                if (wide) {
+                    for (int d = 0; d < D; d += LANES) {
+                        vf o = load_f32(oj + d) + p * load_kind(pool, xk, v + d);
+                        memcpy(oj + d, &o, sizeof o);
+                    }
+                } else {
+                    for (int d = 0; d < D; d++) oj[d] += p * get(pool, xk, v + d);
                 }
-            } else {
-                for (int d = 0; d < D; d++) oj[d] += p * get(pool, xk, v + d);
             }
         }
     }
+}
+
+/* one request's new token after its qkv product (y, kind xk, [Hq + 2 Hkv][D]): q and k
+ * normed per head then turned by RoPE at its position (cs, sn), q into float q [Hq][D], k and
+ * v into the pool at kv_at (v as it came out of the product); head: float [D] of scratch */
+static void qk_rope(const mm_model *m, const mm_layer *ly, const void *y, const float *cs,
+                    const float *sn, size_t kv_at, float *q, float *head) {
+    const int Hq = m->Hq, Hkv = m->Hkv, D = m->D, S = m->S, xk = m->xk, h = D / 2;
+    const size_t vec = (size_t)Hkv * D;
+    const int wide = h % LANES == 0;  /* whole vectors of each half of a head */
+    for (int hh = 0; hh < Hq + Hkv; hh++) {
+        const size_t at = (size_t)hh * D;
+        const void *w = hh < Hq ? ly->q_norm : ly->k_norm;
+        float *dst = hh < Hq ? q + at : NULL;  /* q, or k into the pool */
+        const size_t k_at = kv_at + (size_t)(hh - Hq) * D;
+        if (wide) {
+            vf acc = (vf){0};
+            for (int d = 0; d < D; d += LANES) { vf x = load_kind(y, xk, at + d); acc += x * x; }
+            const float r = 1.0f / sqrtf(hsum(acc) / D + m->eps);
+            for (int d = 0; d < D; d += LANES) {
+                vf x = vround(load_kind(w, xk, d) * vround(load_kind(y, xk, at + d) * r, xk), xk);
+                memcpy(head + d, &x, sizeof x);
+            }
+            for (int d = 0; d < h; d += LANES) {  /* rotate half: (a, b) -> (a c - b s, b c + a s) */
+                vf a = load_f32(head + d), b = load_f32(head + h + d);
+                vf lo = vround(a * load_f32(cs + d) + (-b) * load_f32(sn + d), xk);
+                vf hi = vround(b * load_f32(cs + h + d) + a * load_f32(sn + h + d), xk);
+                if (dst) { memcpy(dst + d, &lo, sizeof lo); memcpy(dst + h + d, &hi, sizeof hi); }
+                else { store_kind(ly->pool, xk, k_at + d, lo); store_kind(ly->pool, xk, k_at + h + d, hi); }
+            }
+            continue;
+        }
+        for (int d = 0; d < D; d++) head[d] = get(y, xk, at + d);
+        float ss = 0;
+        for (int d = 0; d < D; d++) ss += head[d] * head[d];
+        float r = 1.0f / sqrtf(ss / D + m->eps);
+        for (int d = 0; d < D; d++) head[d] = R(get(w, xk, d) * R(head[d] * r, xk), xk);
+        for (int d = 0; d < D; d++) {
+            float turned = d < h ? -head[d + h] : head[d - h];
+            float v = R(head[d] * cs[d] + turned * sn[d], xk);
+            if (dst) dst[d] = v; else put(ly->pool, xk, k_at + d, v);
+        }
+    }
+    const size_t v_from = (size_t)(Hq + Hkv) * D, v_at = kv_at + S * vec;
+    int j = 0;  /* V as it came out of the product */
+    for (; j + LANES <= Hkv * D; j += LANES) store_kind(ly->pool, xk, v_at + j, load_kind(y, xk, v_from + j));
+    for (; j < Hkv * D; j++) put(ly->pool, xk, v_at + j, get(y, xk, v_from + j));
 }
 
 /* hidden[b] (kind xk, [B, C]) for B requests that each bring one new token ids[b] at
@@ -188,67 +282,71 @@ int mm_decode(const mm_model *m, int B, const int64_t *ids, const int64_t *posit
     /* the widest row a product reads or writes: q/k/v, gate/up, the hidden size */
     const int wide = QKV > 2 * I ? (QKV > C ? QKV : C) : (2 * I > C ? 2 * I : C);
     float *x = malloc(sizeof(float) * B * C), *res = malloc(sizeof(float) * B * C);
-    float *q = malloc(sizeof(float) * B * Hq * D), *head = malloc(sizeof(float) * D);
+    float *q = malloc(sizeof(float) * B * Hq * D), *heads = malloc(sizeof(float) * B * D);
     void *in = malloc((size_t)size * B * wide), *y = malloc((size_t)size * B * wide);
     int code = 0;
     double spent = 0;
-    if (!x || !res || !q || !head || !in || !y) { code = 2; goto done; }
+    if (!x || !res || !q || !heads || !in || !y) { code = 2; goto done; }
     for (int b = 0; b < B; b++)
         for (int c = 0; c < C; c++) x[b * C + c] = get(m->embed, xk, (size_t)ids[b] * C + c);
     const size_t vec = (size_t)Hkv * D, page = 2 * (size_t)S * vec;
+    /* a batch's per-request work (RoPE, SiLU) on threads from 4 requests on; attention, one
+       task per request and KV head, on threads when there is enough of it */
+    const int rows_threads = B >= 4 ? m->threads : 1;
+    long work = 0;
+    for (int b = 0; b < B; b++) work += (long)kv_lens[b] * Hq * D;
+    const int attn_threads = B * Hkv > 1 && work >= (1L << 15) ? m->threads : 1;
+    const int n = B * C, whole = n - n % LANES;  /* the residual adds: whole vectors, the rest */
     for (int li = 0; li < m->layers; li++) {
         const mm_layer *ly = &m->layer[li];
-        for (int j = 0; j < B * C; j++) res[j] = li ? R(x[j] + res[j], xk) : x[j];
+        if (li) {
+            for (int j = 0; j < whole; j += LANES) {
+                vf r = vround(load_f32(x + j) + load_f32(res + j), xk);
+                memcpy(res + j, &r, sizeof r);
+            }
+            for (int j = whole; j < n; j++) res[j] = R(x[j] + res[j], xk);
+        } else {
+            memcpy(res, x, sizeof(float) * n);
+        }
         for (int b = 0; b < B; b++) rms_norm(res + b * C, ly->in_norm, C, m->eps, xk, in, (size_t)b * C);
         if ((code = product(m, in, &ly->qkv, y, B, &spent))) goto done;
-        for (int b = 0; b < B; b++) {
-            const float *cs = m->cos + positions[b] * D, *sn = m->sin + positions[b] * D;
-            int64_t slot = slots[b];
-            size_t kv_at = (size_t)(slot / S) * page + (size_t)(slot % S) * vec;
-            for (int hh = 0; hh < Hq + Hkv; hh++) {  /* q/k norm, then RoPE */
-                size_t at = (size_t)b * QKV + (size_t)hh * D;
-                for (int d = 0; d < D; d++) head[d] = get(y, xk, at + d);
-                float ss = 0;
-                for (int d = 0; d < D; d++) ss += head[d] * head[d];
-                float r = 1.0f / sqrtf(ss / D + m->eps);
-                const void *w = hh < Hq ? ly->q_norm : ly->k_norm;
-                for (int d = 0; d < D; d++) head[d] = R(get(w, xk, d) * R(head[d] * r, xk), xk);
-                for (int d = 0; d < D; d++) {
-                    float turned = d < D / 2 ? -head[d + D / 2] : head[d - D / 2];
-                    float v = R(head[d] * cs[d] + turned * sn[d], xk);
-                    if (hh < Hq) q[((size_t)b * Hq + hh) * D + d] = v;
-                    else put(ly->pool, xk, kv_at + (size_t)(hh - Hq) * D + d, v);
-                }
-            }
-            for (int j = 0; j < Hkv * D; j++)  /* V as it came out of the product */
-                put(ly->pool, xk, kv_at + S * vec + j, get(y, xk, (size_t)b * QKV + (Hq + Hkv) * D + j));
+        #pragma omp parallel for num_threads(rows_threads) schedule(static)
+        for (int b = 0; b < B; b++) {  /* q/k norm, RoPE, the new K/V into the pool */
+            const int64_t slot = slots[b];
+            qk_rope(m, ly, (const char *)y + (size_t)b * QKV * size, m->cos + positions[b] * D,
+                    m->sin + positions[b] * D, (size_t)(slot / S) * page + (size_t)(slot % S) * vec,
+                    q + (size_t)b * Hq * D, heads + (size_t)b * D);
         }
-        /* attention: each request on its own, on threads when there is enough of it */
-        long work = 0;
-        for (int b = 0; b < B; b++) work += (long)kv_lens[b] * Hq * D;
         int failed = 0;
-        #pragma omp parallel for num_threads(B > 1 && work >= (1L << 22) ? m->threads : 1) schedule(dynamic)
-        for (int b = 0; b < B; b++) {
-            float *sc = malloc(sizeof(float) * ((size_t)Hq * kv_lens[b] + (size_t)Hq * D));
+        #pragma omp parallel for num_threads(attn_threads) schedule(dynamic)
+        for (int task = 0; task < B * Hkv; task++) {
+            const int b = task / Hkv, g = task % Hkv, G = Hq / Hkv, L = kv_lens[b];
+            float *sc = malloc(sizeof(float) * ((size_t)G * L + (size_t)G * D));
             if (!sc) { failed = 1; continue; }
-            float *o = sc + (size_t)Hq * kv_lens[b];
-            attend(m, ly->pool, kv_indices + kv_indptr[b], kv_lens[b], q + (size_t)b * Hq * D, sc, o);
-            for (int j = 0; j < Hq * D; j++) put(in, xk, (size_t)b * Hq * D + j, o[j]);
+            float *o = sc + (size_t)G * L;
+            const size_t at = ((size_t)b * Hq + (size_t)g * G) * D;
+            attend(m, ly->pool, kv_indices + kv_indptr[b], L, g, q + at, sc, o);
+            int j = 0;
+            for (; j + LANES <= G * D; j += LANES) store_kind(in, xk, at + j, load_f32(o + j));
+            for (; j < G * D; j++) put(in, xk, at + j, o[j]);
             free(sc);
         }
         if (failed) { code = 2; goto done; }
         if ((code = product(m, in, &ly->o, y, B, &spent))) goto done;
-        for (int j = 0; j < B * C; j++) res[j] = R(get(y, xk, j) + res[j], xk);
+        for (int j = 0; j < whole; j += LANES) {
+            vf r = vround(load_kind(y, xk, j) + load_f32(res + j), xk);
+            memcpy(res + j, &r, sizeof r);
+        }
+        for (int j = whole; j < n; j++) res[j] = R(get(y, xk, j) + res[j], xk);
         for (int b = 0; b < B; b++) rms_norm(res + b * C, ly->post_norm, C, m->eps, xk, in, (size_t)b * C);
         if ((code = product(m, in, &ly->gate_up, y, B, &spent))) goto done;
+        #pragma omp parallel for num_threads(rows_threads) schedule(static)
         for (int b = 0; b < B; b++) {  /* SiLU(gate) * up */
             const size_t g0 = (size_t)b * 2 * I, u0 = g0 + I;
             int i = 0;
             for (; i + LANES <= I; i += LANES) {
                 vf g = load_kind(y, xk, g0 + i), u = load_kind(y, xk, u0 + i);
-                vf a = g / (1.0f + vexp(-g));
-                for (int l = 0; l < LANES; l++)
-                    put(in, xk, (size_t)b * I + i + l, R(R(a[l], xk) * u[l], xk));
+                store_kind(in, xk, (size_t)b * I + i, vround(g / (1.0f + vexp(-g)), xk) * u);
             }
             for (; i < I; i++) {
                 float g = get(y, xk, g0 + i), u = get(y, xk, u0 + i);
@@ -256,17 +354,27 @@ int mm_decode(const mm_model *m, int B, const int64_t *ids, const int64_t *posit
             }
         }
         if ((code = product(m, in, &ly->down, y, B, &spent))) goto done;
-        for (int j = 0; j < B * C; j++) x[j] = get(y, xk, j);
+        int j = 0;
+        for (; j < whole; j += LANES) { vf v = load_kind(y, xk, j); memcpy(x + j, &v, sizeof v); }
+        for (; j < n; j++) x[j] = get(y, xk, j);
     }
-    for (int j = 0; j < B * C; j++) res[j] = m->layers ? R(x[j] + res[j], xk) : x[j];
+    for (int j = 0; j < n; j++) res[j] = m->layers ? R(x[j] + res[j], xk) : x[j];
     for (int b = 0; b < B; b++) rms_norm(res + b * C, m->norm, C, m->eps, xk, hidden, (size_t)b * C);
 done:
-    free(x); free(res); free(q); free(head); free(in); free(y);
+    free(x); free(res); free(q); free(heads); free(in); free(y);
     *product_s = spent;
     return code;
 }
 
-static inline int any(vi m) { int32_t a[LANES]; memcpy(a, &m, sizeof a); int o = 0; for (int l = 0; l < LANES; l++) o |= a[l]; return o != 0; }
+static inline int any(vi m) {  /* is any lane of m set? */
+#if defined(__AVX512F__)
+    return _mm512_test_epi32_mask((__m512i)m, (__m512i)m) != 0;
+#elif defined(__AVX2__)
+    return !_mm256_testz_si256((__m256i)m, (__m256i)m);
+#else
+    int32_t a[LANES]; memcpy(a, &m, sizeof a); int o = 0; for (int l = 0; l < LANES; l++) o |= a[l]; return o != 0;
+#endif
+}
 
 /* The greedy choice of each row of logits [rows, V] (kind F32 or BF16): tokens[r], the index
  * of its first largest logit (a NaN counts as the largest, as in torch.argmax), and
@@ -280,9 +388,17 @@ static float sum_exp(const void *logits, int kind, size_t row, int V, float top,
     for (int t = 0; t < (parts < 64 ? parts : 64); t++) {
         int n = parts < 64 ? parts : 64, v0 = (int)((long)vectors * t / n),
             v1 = (int)((long)vectors * (t + 1) / n);
-        vf sum = (vf){0};
-        for (int v = v0; v < v1; v++) sum += vexp(load_kind(logits, kind, row + (size_t)v * LANES) - top);
-        part[t] = hsum(sum);
+        vf s0 = (vf){0}, s1 = s0, s2 = s0, s3 = s0;  /* four sums: four e^x in flight */
+        int v = v0;
+        for (; v + 4 <= v1; v += 4) {
+            const size_t at = row + (size_t)v * LANES;
+            s0 += vexp(load_kind(logits, kind, at) - top);
+            s1 += vexp(load_kind(logits, kind, at + LANES) - top);
+            s2 += vexp(load_kind(logits, kind, at + 2 * LANES) - top);
+            s3 += vexp(load_kind(logits, kind, at + 3 * LANES) - top);
+        }
+        for (; v < v1; v++) s0 += vexp(load_kind(logits, kind, row + (size_t)v * LANES) - top);
+        part[t] = hsum((s0 + s1) + (s2 + s3));
     }
     float total = 0;
     for (int t = 0; t < 64; t++) total += part[t];
@@ -292,39 +408,41 @@ static float sum_exp(const void *logits, int kind, size_t row, int V, float top,
 
 static void greedy_row(const void *logits, int kind, int r, int V, int64_t *tokens,
                        float *logprobs, int threads) {
-    {
-        const size_t row = (size_t)r * V;
-        vf vmax = (vf){0} - INFINITY;
-        vi nans = (vi){0};
-        int i = 0;
-        for (; i + LANES <= V; i += LANES) {
-            vf x = load_kind(logits, kind, row + i);
-            vi gt = (vi)(x > vmax);
-            nans |= (vi)(x != x);
-            vmax = (vf)(((vi)x & gt) | ((vi)vmax & ~gt));
-        }
-        float top = -INFINITY;
-        for (int l = 0; l < LANES; l++) if (vmax[l] > top) top = vmax[l];
-        int nan = any(nans);
-        for (int j = i; j < V; j++) {
-            float x = get(logits, kind, row + j);
-            if (x != x) nan = 1; else if (x > top) top = x;
-        }
-        int64_t token = -1;
-        for (i = 0; token < 0 && i + LANES <= V; i += LANES) {  /* the first maximum (or NaN) */
-            vf x = load_kind(logits, kind, row + i);
-            if (any(nan ? (vi)(x != x) : (vi)(x == top)))
-                for (int l = 0; l < LANES; l++)
-                    if (nan ? x[l] != x[l] : x[l] == top) { token = i + l; break; }
-        }
-        for (int j = i; token < 0 && j < V; j++) {
-            float x = get(logits, kind, row + j);
-            if (nan ? x != x : x == top) token = j;
-        }
-        tokens[r] = token;
-        if (nan || isinf(top)) { logprobs[r] = NAN; return; }
-        logprobs[r] = -logf(sum_exp(logits, kind, row, V, top, threads));
+    const size_t row = (size_t)r * V;
+    /* one pass: each lane's largest value and where it first stood (a later equal one does
+       not move it), and whether a NaN went by */
+    vf vmax = (vf){0} - INFINITY;
+    vi where = (vi){0}, lane, nans = (vi){0};
+    for (int l = 0; l < LANES; l++) lane[l] = l;
+    int i = 0;
+    for (; i + LANES <= V; i += LANES) {
+        vf x = load_kind(logits, kind, row + i);
+        vi gt = (vi)(x > vmax);
+        nans |= (vi)(x != x);
+        vmax = (vf)(((vi)x & gt) | ((vi)vmax & ~gt));
+        where = ((lane + i) & gt) | (where & ~gt);
     }
+    float top = -INFINITY;
+    int64_t token = -1;
+    for (int l = 0; l < LANES; l++) if (vmax[l] > top) top = vmax[l];
+    if (top > -INFINITY)  /* the first place the largest stands (else: found below) */
+        for (int l = 0; l < LANES; l++)
+            if (vmax[l] == top && (token < 0 || where[l] < token)) token = where[l];
+    int nan = any(nans);
+    for (int j = i; j < V; j++) {
+        float x = get(logits, kind, row + j);
+        if (x != x) nan = 1; else if (x > top) { top = x; token = j; }
+    }
+    if (nan || token < 0) {  /* a NaN counts as the largest (torch.argmax): the first NaN;
+                                an all -inf row: its first value */
+        for (int j = 0; j < V; j++) {
+            float x = get(logits, kind, row + j);
+            if (nan ? x != x : x == top) { token = j; break; }
+        }
+    }
+    tokens[r] = token;
+    if (nan || isinf(top)) { logprobs[r] = NAN; return; }
+    logprobs[r] = -logf(sum_exp(logits, kind, row, V, top, threads));
 }
 
 void mm_greedy(const void *logits, int kind, int rows, int V, int64_t *tokens, float *logprobs,
