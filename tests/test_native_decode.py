@@ -179,40 +179,125 @@ def test_a_step_the_c_code_refuses_raises_and_writes_nothing():
     step(torch.tensor([4]), md)  # and a good step still runs
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_the_engine_generates_the_same_with_and_without_the_c_step(dtype):
-    """The engine's decode steps in C, against the inlined torch step: in float32 the same
-    greedy tokens; in both, every decode step of the batch ran in C."""
-    def engine():  # a fresh engine each time: no prefix cached by the other run
-        llm = LLM("tiny", dtype=dtype, max_model_len=256, num_pages=64, page_size=16,
-                  tune_kernels=False)
-        bind_c(llm.model)
-        return llm
+class Counted:
+    """A NativeDecoder that notes the batch size of each step it runs: `calls` (the hidden
+    states only) and `greedy` (through the LM head to the tokens)."""
 
+    def __init__(self, step):
+        self.step, self.calls, self.greedy_calls = step, [], []
+
+    def can_run(self, metadata):
+        return self.step.can_run(metadata)
+
+    def head_runs_here(self, metadata):
+        return self.step.head_runs_here(metadata)
+
+    def __call__(self, ids, metadata):
+        self.calls.append(len(metadata.kv_lens))
+        return self.step(ids, metadata)
+
+    def greedy(self, ids, metadata):
+        self.greedy_calls.append(len(metadata.kv_lens))
+        return self.step.greedy(ids, metadata)
+
+
+def c_engine(dtype, head: str = "c_gemv"):
+    """tiny, every product on the C kernel but the LM head's (`head`)."""
+    llm = LLM("tiny", dtype=dtype, max_model_len=256, num_pages=64, page_size=16,
+              tune_kernels=False)
+    bind_c(llm.model)
+    lm_head = llm.model.lm_head
+    lm_head.kernels = LinearKernels(lm_head.weight, dict.fromkeys(ROW_BUCKETS, head))
+    return llm
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("head", ["c_gemv", "linear"])
+def test_the_engine_generates_the_same_with_and_without_the_c_step(dtype, head):
+    """The engine's decode steps in C, against the inlined torch step: in float32 the same
+    greedy tokens; in both, every decode step of the batch ran in C, through the LM head to
+    the tokens where the head chose the C kernel, else to the hidden states."""
     prompts = [[5, 9, 2, 7] * k for k in (1, 5, 9)]
     params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
-    llm, calls = engine(), []
-    step = llm.runner.native
-    assert step is not None
-
-    class Counted:
-        def can_run(self, metadata):
-            return step.can_run(metadata)
-
-        def __call__(self, ids, metadata):
-            calls.append(len(metadata.kv_lens))
-            return step(ids, metadata)
-
-    llm.runner.native = Counted()
+    llm = c_engine(dtype, head)
+    counted = llm.runner.native = Counted(llm.runner.native)
     with_c = llm.generate(prompts, params, use_tqdm=False)
-    assert calls and max(calls) == 3 and len(calls) == 19  # every decode step, all three
-    plain = engine()
+    ran = counted.greedy_calls if head == "c_gemv" else counted.calls
+    assert ran and max(ran) == 3 and len(ran) == 19  # every decode step, all three
+    assert not (counted.calls if head == "c_gemv" else counted.greedy_calls)
+    plain = c_engine(dtype, head)  # a fresh engine: no prefix cached by the other run
     plain.runner.native = None
     without = plain.generate(prompts, params, use_tqdm=False)
     if dtype == "float32":
         assert [o.token_ids for o in with_c] == [o.token_ids for o in without]
     for a, b in zip(with_c, without, strict=True):
         assert len(a.token_ids) == len(b.token_ids) == 20
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@torch.inference_mode()
+def test_the_c_step_through_the_lm_head_is_the_steps_hidden_then_greedy(dtype):
+    """NativeDecoder.greedy: the same hidden states as the step without the head, and the
+    argmax of the model's own logits of them with its log_softmax; the same K/V written."""
+    model, _ = load_language_model("bard", dtype=dtype, max_positions=128)
+    bind_c(model)
+    gen = torch.Generator().manual_seed(11)
+    caches, tables = prefilled_twins(model, [5, 12, 1], dtype, gen, PAGE)
+    plain, fused = NativeDecoder(model, caches[0][1]), NativeDecoder(model, caches[1][1])
+    lens = [5, 12, 1]
+    for _ in range(3):
+        ids = torch.randint(0, model.cfg.vocab_size, (3,), generator=gen)
+        lens = [n + 1 for n in lens]
+        md = decode_metadata(tables, lens, PAGE)
+        assert fused.head_runs_here(md)
+        want = plain(ids, md)
+        tokens, logprobs, hidden = fused.greedy(ids, md)
+        assert torch.equal(hidden, want)  # the same code up to the head
+        logits = model.compute_logits(hidden)
+        assert tokens == logits.argmax(-1).tolist()
+        torch.testing.assert_close(
+            torch.tensor(logprobs, dtype=torch.float64),
+            logits.double().log_softmax(-1).gather(-1, torch.tensor(tokens)[:, None])[:, 0],
+            rtol=0, atol=3e-5)
+        for a, b in zip(caches[0][0].pools, caches[1][0].pools, strict=True):
+            assert torch.equal(a, b)
+    assert fused.product_s > plain.product_s  # the head's product counted too
+    # a head bound to another formulation for a bucket: not there
+    head = model.lm_head
+    head.kernels = LinearKernels(head.weight, {**dict.fromkeys(ROW_BUCKETS, "c_gemv"),
+                                               8: "linear"})
+    assert fused.head_runs_here(decode_metadata(tables, lens, PAGE))  # 3 rows: bucket 4
+    five = decode_metadata([*tables, [40, 41], [44, 45]], [*lens, 3, 2], PAGE)  # bucket 8
+    assert fused.can_run(five) and not fused.head_runs_here(five)
+    with pytest.raises(ValueError, match="head_runs_here"):
+        fused.greedy(torch.tensor([1, 2, 3, 4, 5]), five)
+
+
+def test_the_runner_goes_to_c_only_for_plain_greedy_steps_and_the_sampler_decides_the_rest():
+    llm = c_engine("float32")
+    counted = llm.runner.native = Counted(llm.runner.native)
+    prompt = [5, 9, 2, 7] * 3
+    for params in (SamplingParams(temperature=0.0, max_tokens=6, logprobs=1),
+                   SamplingParams(temperature=0.0, max_tokens=6, repetition_penalty=1.3),
+                   SamplingParams(temperature=0.0, max_tokens=6, min_tokens=3),
+                   SamplingParams(temperature=0.8, max_tokens=6, seed=1)):
+        llm.generate([prompt], params, use_tqdm=False)
+    assert not counted.greedy_calls and len(counted.calls) == 4 * 5  # hidden states only
+    greedy = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    llm.generate([prompt, prompt[:5]], [greedy, SamplingParams(temperature=0.7, max_tokens=6)],
+                 use_tqdm=False)
+    assert not counted.greedy_calls  # one request of the batch samples
+    want = llm.generate([prompt], greedy, use_tqdm=False)[0].token_ids
+    assert len(counted.greedy_calls) == 5
+    real = counted.greedy
+
+    def unscored(ids, metadata):  # as for a row whose largest logit is inf
+        tokens, logprobs, hidden = real(ids, metadata)
+        return [0] * len(tokens), [float("nan")] * len(tokens), hidden
+
+    counted.greedy = unscored
+    got = llm.generate([prompt], greedy, use_tqdm=False)[0]
+    assert got.token_ids == want  # the sampler chose, from the logits of the same hidden
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -8,8 +8,9 @@ prepacked product (mkldnn::_linear_pointwise), the int8 / int4 weight kernels
 (aten::_weight_int8pack_mm, aten::_weight_int4pack_mm*) and the C kernel built on this machine
 (minimodel::c_gemv, labelled by minimodel/kernels/native.py). A decode step that runs in C
 in one call (minimodel::c_decode, engine/native_decode.py) is one call to the profiler: its
-products are the seconds decode.c measured around each of them (clock_gettime), and the rest of
-that call (norms, RoPE, the K/V writes, attention) counts as overhead. Attention is the
+products are the seconds decode.c measured around each of them (clock_gettime), the LM head's
+too where a greedy step goes on through it in the same call, and the rest of that call (norms,
+RoPE, the K/V writes, attention, the argmax) counts as overhead. Attention is the
 scaled_dot_product_attention call. Everything else in a step is overhead: norms, RoPE, SiLU,
 the KV writes and page gathers, the metadata, the sampler (a log_softmax over the vocabulary),
 the scheduler and Python. The report splits it into torch calls (the largest named) and the

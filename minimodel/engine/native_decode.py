@@ -68,6 +68,8 @@ class NativeDecoder:
         self._struct: native.MMModel | None = None
         self._keep: list[Any] = []  # tensors the struct points into
         self._approved: AttentionMetadata | None = None  # the step can_run last said yes to
+        self._head: tuple[native.Packed, native.MMWeight] | None = None  # the LM head's
+        self._logits: torch.Tensor | None = None  # greedy's logits, kept from step to step
 
     def _current(self) -> tuple[Any, ...]:
         """What the struct depends on: the layers' kernels, the RoPE tables, the pools, the
@@ -164,6 +166,38 @@ class NativeDecoder:
     def __call__(self, ids: torch.Tensor, metadata: AttentionMetadata) -> torch.Tensor:
         """ids: Long [B], one new token per request of a decode step (`can_run` true) ->
         hidden [B, C], the final norm applied; each token's K/V written into its slot."""
+        return self._step(ids, metadata, None)[0]
+
+    def head_runs_here(self, metadata: AttentionMetadata) -> bool:
+        """May `greedy` take this step: `can_run`, and the LM head chose the C kernel for the
+        step's row bucket (its pack is at hand, and it was measured the fastest)?"""
+        head = getattr(self.model, "lm_head", None)
+        kernels = getattr(head, "kernels", None)
+        bucket = row_bucket(len(metadata.kv_lens))
+        return (kernels is not None and bucket is not None
+                and kernels.choices.get(bucket) == "c_gemv" and "c_gemv" in kernels.packed
+                and self.can_run(metadata))
+
+    @torch.inference_mode()
+    def greedy(self, ids: torch.Tensor, metadata: AttentionMetadata
+               ) -> tuple[list[int], list[float], torch.Tensor]:
+        """The step through the LM head to each request's greedy token in the same call
+        (`head_runs_here` true): (tokens, their log-probabilities, hidden [B, C]). A
+        log-probability is NaN where a row's largest logit is not finite (decide those from
+        `hidden`, as `GreedySampler` does)."""
+        if not self.head_runs_here(metadata):
+            raise ValueError("NativeDecoder.greedy runs pure decode steps whose LM head chose "
+                             "the C kernel (see head_runs_here); run the model instead.")
+        packed = self.model.lm_head.kernels.packed["c_gemv"]  # type: ignore[union-attr]
+        if self._head is None or self._head[0] is not packed:
+            self._head = (packed, native.weight_struct(packed, None))
+        hidden, tokens, logprobs = self._step(ids, metadata, self._head[1])
+        return list(tokens), list(logprobs), hidden  # type: ignore[arg-type]
+
+    def _step(self, ids: torch.Tensor, metadata: AttentionMetadata,
+              head: native.MMWeight | None) -> tuple[torch.Tensor, Any, Any]:
+        """mm_decode (head None) or mm_decode_greedy -> (hidden, tokens, logprobs); the
+        last two ctypes arrays, or None without a head."""
         if metadata is not self._approved and not self.can_run(metadata):
             raise ValueError("NativeDecoder runs pure decode steps whose products may run on "
                              "the C kernel (see can_run); run the model's forward instead.")
@@ -185,23 +219,33 @@ class NativeDecoder:
         kv_lens = (ctypes.c_int32 * B)(*metadata.kv_lens)
         hidden = torch.empty(B, self.model.cfg.hidden_size, dtype=dtype)
         spent = ctypes.c_double()
-        args = (ctypes.byref(self._struct), B, ids.data_ptr(), positions.data_ptr(),
-                slots.data_ptr(), indptr.data_ptr(), indices.data_ptr(),
-                ctypes.addressof(kv_lens), hidden.data_ptr(), ctypes.byref(spent))
+        args = (B, ids.data_ptr(), positions.data_ptr(), slots.data_ptr(), indptr.data_ptr(),
+                indices.data_ptr(), ctypes.addressof(kv_lens), hidden.data_ptr())
         lib = native.library()
         assert lib is not None
+        tokens = logprobs = None
+        if head is None:
+            call, args = lib.mm_decode, (ctypes.byref(self._struct), *args, ctypes.byref(spent))
+        else:
+            vocab = head.out_features
+            if self._logits is None or self._logits.numel() < B * vocab:  # kept: see decode.c
+                self._logits = torch.empty(B * vocab, dtype=dtype)
+            tokens, logprobs = (ctypes.c_int64 * B)(), (ctypes.c_float * B)()
+            call, args = lib.mm_decode_greedy, (
+                ctypes.byref(self._struct), ctypes.byref(head), *args, self._logits.data_ptr(),
+                ctypes.addressof(tokens), ctypes.addressof(logprobs), ctypes.byref(spent))
         if torch.autograd._profiler_enabled():  # one op of its own under the profiler
             with torch.profiler.record_function(PROFILER_LABEL):
-                code = lib.mm_decode(*args)
+                code = call(*args)
         else:
-            code = lib.mm_decode(*args)
+            code = call(*args)
         if code:
             raise ValueError(
                 f"decode.c refused the step (code {code}; 1: a token id, position, slot or page "
                 f"out of range, or more tokens than a request's pages hold; 2: out of memory); "
                 f"nothing was written. kv_lens {metadata.kv_lens}.")
         self.product_s += spent.value
-        return hidden
+        return hidden, tokens, logprobs
 
 
 def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -218,11 +262,16 @@ class GreedySampler(Sampler):
     log_softmax; any other batch, or a row whose largest logit is not finite, goes to
     `Sampler` as it is."""
 
+    @staticmethod
+    def takes(params: list[SamplingParams]) -> bool:
+        """Is every row plain greedy (no penalties, min_tokens or top logprobs)?"""
+        return all(sp.greedy and sp.num_logprobs is None and sp.min_tokens == 0
+                   and not sp.has_penalties for sp in params)
+
     def __call__(self, logits: torch.Tensor, params: list[SamplingParams],
                  generators: list[torch.Generator | None] | None = None,
                  rows: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-        if all(sp.greedy and sp.num_logprobs is None and sp.min_tokens == 0
-               and not sp.has_penalties for sp in params):
+        if self.takes(params):
             found = native.greedy(logits)
             if found is not None and all(map(math.isfinite, found[1].tolist())):
                 self.last_top_logprobs = [None] * len(params)

@@ -10,6 +10,8 @@ no-op with one rank: see engine/parallel.py).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from minimodel.config import Qwen3Config
@@ -135,10 +137,33 @@ class ModelRunner:
                   metadata: AttentionMetadata, rows: list[int]) -> None:
         """Tell the other ranks what this step runs: nothing to tell with one rank."""
 
+    def greedy_in_c(self, input_ids: torch.Tensor, metadata: AttentionMetadata,
+                    batch: ScheduledBatch) -> tuple[list[int], list[float]] | None:
+        """A decode step whose every request is plain greedy, in one call into C from the
+        token ids to the chosen tokens and their log-probabilities (the layers, the LM head,
+        the argmax: engine/native_decode.py) -> (tokens, logprobs); None where that cannot
+        run, and `run` goes the usual way."""
+        if (self.native is None or not isinstance(self.sampler, GreedySampler)
+                or not all(batch.sample_mask)
+                or not self.sampler.takes([s.params for s in batch.seqs])
+                or not self.native.head_runs_here(metadata)):
+            return None
+        tokens, logprobs, hidden = self.native.greedy(input_ids, metadata)
+        if not all(map(math.isfinite, logprobs)):  # a row's largest logit is not finite
+            logits = self.model.compute_logits(hidden)  # the sampler decides, as it would
+            found = self.sampler(logits, [s.params for s in batch.seqs],
+                                 [s.generator for s in batch.seqs])
+            return found[0].tolist(), found[1].tolist()
+        self.sampler.last_top_logprobs = [None] * len(tokens)
+        return tokens, logprobs
+
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> tuple[list[int], list[float]]:
         """Run one step -> (token, logprob) for each request in batch.sample_mask."""
         input_ids, metadata = self.prepare(batch)
+        done = self.greedy_in_c(input_ids, metadata, batch)  # on a CPU, maybe
+        if done is not None:
+            return done
         sampled = [i for i, s in enumerate(batch.sample_mask) if s]
         # each sampled request's last new token, a row of the packed batch
         rows = (metadata.qo_indptr[1:].long() - 1)[sampled].tolist()

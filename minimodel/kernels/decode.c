@@ -454,3 +454,24 @@ void mm_greedy(const void *logits, int kind, int rows, int V, int64_t *tokens, f
     #pragma omp parallel for num_threads(threads) schedule(static)
     for (int r = 0; r < rows; r++) greedy_row(logits, kind, r, V, tokens, logprobs, 1);
 }
+
+/* A decode step to its greedy tokens in one call: mm_decode into hidden [B, C], then the LM
+ * head's product (head: a weight as the layers', [vocab, C]) into logits [B, vocab] of the
+ * model's kind (the caller's buffer: kept from step to step, its pages stay mapped), then
+ * mm_greedy's pass over them: tokens[b] and logprobs[b]. The head's seconds are added to
+ * *product_s. Returns mm_decode's codes (1 too for a head that does not take C inputs). */
+int mm_decode_greedy(const mm_model *m, const mm_weight *head, int B, const int64_t *ids,
+                     const int64_t *positions, const int64_t *slots, const int32_t *kv_indptr,
+                     const int32_t *kv_indices, const int32_t *kv_lens, void *hidden,
+                     void *logits, int64_t *tokens, float *logprobs, double *product_s) {
+    *product_s = 0;
+    if (B < 1 || head->in != m->C || head->out < 1) return 1;
+    int code = mm_decode(m, B, ids, positions, slots, kv_indptr, kv_indices, kv_lens, hidden,
+                         product_s);
+    if (code) return code;
+    double spent = 0;
+    if (!(code = product(m, hidden, head, logits, B, &spent)))
+        mm_greedy(logits, m->xk, B, head->out, tokens, logprobs, m->threads);
+    *product_s += spent;
+    return code;
+}

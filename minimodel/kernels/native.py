@@ -33,7 +33,7 @@ import torch
 from minimodel.home import minimodel_home, write_atomic
 
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("gemv.c", "decode.c", "mm.h"))
-ABI = 4  # gemv.c's mm_abi()
+ABI = 5  # gemv.c's mm_abi()
 PLAIN, PAIRS, QUADS = 0, 1, 2  # the layouts of a packed weight (gemv.c)
 KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
 # tried in order: the first that compiles is used (Apple's clang has no -fopenmp; then one thread)
@@ -156,6 +156,10 @@ def library() -> ctypes.CDLL | None:
     lib.mm_decode.restype = ctypes.c_int
     lib.mm_decode.argtypes = [ctypes.POINTER(MMModel), ctypes.c_int, *[ctypes.c_void_p] * 7,
                               ctypes.POINTER(ctypes.c_double)]
+    lib.mm_decode_greedy.restype = ctypes.c_int
+    lib.mm_decode_greedy.argtypes = [ctypes.POINTER(MMModel), ctypes.POINTER(MMWeight),
+                                     ctypes.c_int, *[ctypes.c_void_p] * 10,
+                                     ctypes.POINTER(ctypes.c_double)]
     flags = flags_file.read_text().strip() if flags_file.exists() else "?"
     _status = (f"built with {Path(cc).name} {flags}: {lib.mm_lanes()} float lanes, "
                f"{'OpenMP threads' if '-fopenmp' in flags else 'one thread'}"
