@@ -69,6 +69,7 @@ class NativeDecoder:
         self._keep: list[Any] = []  # tensors the struct points into
         self._approved: AttentionMetadata | None = None  # the step can_run last said yes to
         self._head: tuple[native.Packed, native.MMWeight] | None = None  # the LM head's
+        self._head_approved: AttentionMetadata | None = None  # head_runs_here's last yes
         self._logits: torch.Tensor | None = None  # greedy's logits, kept from step to step
 
     def _current(self) -> tuple[Any, ...]:
@@ -174,9 +175,11 @@ class NativeDecoder:
         head = getattr(self.model, "lm_head", None)
         kernels = getattr(head, "kernels", None)
         bucket = row_bucket(len(metadata.kv_lens))
-        return (kernels is not None and bucket is not None
-                and kernels.choices.get(bucket) == "c_gemv" and "c_gemv" in kernels.packed
-                and self.can_run(metadata))
+        ok = (kernels is not None and bucket is not None
+              and kernels.choices.get(bucket) == "c_gemv" and "c_gemv" in kernels.packed
+              and self.can_run(metadata))
+        self._head_approved = metadata if ok else None  # greedy need not ask again
+        return ok
 
     @torch.inference_mode()
     def greedy(self, ids: torch.Tensor, metadata: AttentionMetadata
@@ -185,7 +188,7 @@ class NativeDecoder:
         (`head_runs_here` true): (tokens, their log-probabilities, hidden [B, C]). A
         log-probability is NaN where a row's largest logit is not finite (decide those from
         `hidden`, as `GreedySampler` does)."""
-        if not self.head_runs_here(metadata):
+        if metadata is not self._head_approved and not self.head_runs_here(metadata):
             raise ValueError("NativeDecoder.greedy runs pure decode steps whose LM head chose "
                              "the C kernel (see head_runs_here); run the model instead.")
         packed = self.model.lm_head.kernels.packed["c_gemv"]  # type: ignore[union-attr]
