@@ -238,6 +238,12 @@ def format_card(c: dict[str, Any], machine_info: dict[str, Any]) -> str:
             f"{'':11s}decode steps in one call into C (engine/native_decode.py): "
             f"{o['step_native_s'] * 1e3:.2f} ms, taking turns with the inlined ones "
             f"({1 - o['step_native_s'] / o['step_inline_s']:.0%} less)")
+    if "step_native_without_head_s" in o:
+        lines.append(
+            f"{'':11s}of which greedy on through the LM head and the argmax in the same call: "
+            f"{o['step_native_s'] * 1e3:.2f} ms; the C steps stopping at the hidden states, "
+            f"taking turns: {o['step_native_without_head_s'] * 1e3:.2f} ms "
+            f"({1 - o['step_native_s'] / o['step_native_without_head_s']:.0%} less)")
     if "step_c_kernel_s" in o:
         lines.append(
             f"{'':11s}inlined, with the C kernel where chosen ({o['c_kernel_layers']} layers): "

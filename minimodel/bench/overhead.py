@@ -112,12 +112,13 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
     the seconds it measured inside them. Then, each `steps` rounds taking turns, the median
     step of each path: where decode steps run inlined (`llm.runner.inline`,
     engine/lean_decode.py), inlined against the model's own forward (`step_inline_s`,
-    `step_model_forward_s`), and where they also run in C, against those (`step_native_s`);
-    where layers chose the C kernel (kernels/native.py), with it and with the next fastest
-    formulation in its place, both in the inlined step (`step_c_kernel_s`,
-    `step_without_c_kernel_s`)."""
+    `step_model_forward_s`), and where they also run in C, against those (`step_native_s`),
+    and where a greedy step goes on through the LM head in that call, against C steps that stop
+    at the hidden states (`step_native_without_head_s`); where layers chose the C kernel
+    (kernels/native.py), with it and with the next fastest formulation in its place, both in
+    the inlined step (`step_c_kernel_s`, `step_without_c_kernel_s`)."""
     prompt = make_requests(1, (prompt_len, prompt_len), (1, 1), seed, vocab)[0].prompt
-    rid = llm.add_request(prompt, greedy(8 * steps + 4))  # 2 + steps + steps + 3 + 2 steps
+    rid = llm.add_request(prompt, greedy(8 * steps + 4))  # 2 + steps + steps + 4 + 2 steps
     runner = llm.runner
     inline, nat = getattr(runner, "inline", None), getattr(runner, "native", None)
     native_products_s = 0.0
@@ -138,15 +139,20 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
         seq, paired_tokens, by_path = llm.get_request(rid), 0, {}
         if inline is not None and seq is not None:  # the decode paths, step by step
 
-            def path(use_native: bool, use_inline: bool) -> Any:
+            def path(use_native: bool, use_inline: bool, head: bool = True) -> Any:
                 def setup(on: bool) -> None:
                     runner.native = nat if not on or use_native else None
                     runner.inline = inline if not on or use_inline else None
+                    if nat is not None:
+                        nat.through_head = not on or head
                 return setup
 
             setups = {"inline": path(False, True), "model": path(False, False)}
             if nat is not None:
                 setups["native"] = path(True, True)
+                head = getattr(getattr(llm.model, "lm_head", None), "kernels", None)
+                if head is not None and head.choices.get(1) == "c_gemv":  # greedy on through it
+                    setups["native_without_head"] = path(True, True, head=False)
             by_path, paired_tokens = _take_turns(llm, seq, setups, steps)
         swaps = kernels_without(llm.model, {"c_gemv"})
         by_kernel, c_paired_tokens = {}, 0
@@ -182,6 +188,8 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
             "paired_tokens": paired_tokens}  # each of those steps decoded one token
            if by_path else {}),
         **({"step_native_s": by_path["native"]} if "native" in by_path else {}),
+        **({"step_native_without_head_s": by_path["native_without_head"]}
+           if "native_without_head" in by_path else {}),
         **({"step_c_kernel_s": by_kernel["c"], "step_without_c_kernel_s": by_kernel["without"],
             "c_kernel_layers": len(swaps), "c_paired_tokens": c_paired_tokens}
            if by_kernel else {}),

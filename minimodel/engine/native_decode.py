@@ -70,6 +70,9 @@ class NativeDecoder:
         self._approved: AttentionMetadata | None = None  # the step can_run last said yes to
         self._head: tuple[native.Packed, native.MMWeight] | None = None  # the LM head's
         self._head_approved: AttentionMetadata | None = None  # head_runs_here's last yes
+        # greedy steps go on through the LM head in the same call (the bench card turns it
+        # off to time the steps that stop at the hidden states against them)
+        self.through_head = True
         self._logits: torch.Tensor | None = None  # greedy's logits, kept from step to step
 
     def _current(self) -> tuple[Any, ...]:
@@ -171,11 +174,12 @@ class NativeDecoder:
 
     def head_runs_here(self, metadata: AttentionMetadata) -> bool:
         """May `greedy` take this step: `can_run`, and the LM head chose the C kernel for the
-        step's row bucket (its pack is at hand, and it was measured the fastest)?"""
+        step's row bucket (its pack is at hand, and it was measured the fastest), unless
+        `through_head` is off?"""
         head = getattr(self.model, "lm_head", None)
         kernels = getattr(head, "kernels", None)
         bucket = row_bucket(len(metadata.kv_lens))
-        ok = (kernels is not None and bucket is not None
+        ok = (self.through_head and kernels is not None and bucket is not None
               and kernels.choices.get(bucket) == "c_gemv" and "c_gemv" in kernels.packed
               and self.can_run(metadata))
         self._head_approved = metadata if ok else None  # greedy need not ask again
