@@ -6,7 +6,9 @@ calls (norms, RoPE, the K/V writes and page gathers, attention, SiLU, adds), eac
 microseconds of dispatch and a fresh tensor. `NativeDecoder` hands the whole step (the
 embedding, every layer and the final norm) to `mm_decode`, one call, which does the same work in
 plain loops and the products with the same C kernel on the same packed weights
-(`matmul.LinearKernels`' `c_gemv` packs).
+(`matmul.LinearKernels`' `c_gemv` packs). `greedy` goes on in the same call through the LM head
+and the argmax (`mm_decode_greedy`), for a step whose every request is plain greedy and whose
+LM head chose the C kernel too (`ModelRunner.greedy_in_c`).
 
 It runs a step only where the measured timings say the C kernel's products cost no more than
 what the layers chose (`can_run`): one CPU process on the torch backend (the runner's `inline`

@@ -1,4 +1,5 @@
-/* A whole decode step of Qwen3 in one call: the embedding, every layer, the final norm.
+/* A whole decode step of Qwen3 in one call: the embedding, every layer, the final norm (and
+ * for a greedy step, mm_decode_greedy at the end, the LM head and the argmax too).
  *
  * On a CPU a small model's decode step is short (a few ms), and the model written in torch
  * spends most of it outside its matrix products: a layer is about thirty small torch calls
@@ -13,6 +14,9 @@
  * written into its slot of the paged pool ([P, 2, S, Hkv, D], FlashInfer's NHD layout), softmax
  * attention in float32 over each request's pages, SiLU(gate) * up, the residual adds. Sums run
  * in another order than torch's, so hidden states equal the model's within float rounding.
+ * Attention runs one task per (request, KV head), on threads when there is enough of it, and
+ * asks for each K/V a few tokens ahead: after the products have streamed the weights through
+ * the caches, the pages come from memory.
  */
 #include "mm.h"
 #include <math.h>
