@@ -150,8 +150,7 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
             setups = {"inline": path(False, True), "model": path(False, False)}
             if nat is not None:
                 setups["native"] = path(True, True)
-                head = getattr(getattr(llm.model, "lm_head", None), "kernels", None)
-                if head is not None and head.choices.get(1) == "c_gemv":  # greedy on through it
+                if nat.head_chose_c(1):  # a greedy step goes on through the LM head
                     setups["native_without_head"] = path(True, True, head=False)
             by_path, paired_tokens = _take_turns(llm, seq, setups, steps)
         swaps = kernels_without(llm.model, {"c_gemv"})

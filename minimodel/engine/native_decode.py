@@ -178,14 +178,16 @@ class NativeDecoder:
         """May `greedy` take this step: `can_run`, and the LM head chose the C kernel for the
         step's row bucket (its pack is at hand, and it was measured the fastest), unless
         `through_head` is off?"""
-        head = getattr(self.model, "lm_head", None)
-        kernels = getattr(head, "kernels", None)
-        bucket = row_bucket(len(metadata.kv_lens))
-        ok = (self.through_head and kernels is not None and bucket is not None
-              and kernels.choices.get(bucket) == "c_gemv" and "c_gemv" in kernels.packed
+        ok = (self.through_head and self.head_chose_c(row_bucket(len(metadata.kv_lens)))
               and self.can_run(metadata))
         self._head_approved = metadata if ok else None  # greedy need not ask again
         return ok
+
+    def head_chose_c(self, bucket: int | None) -> bool:
+        """Did the LM head choose the C kernel for this row bucket (its pack at hand)?"""
+        kernels = getattr(getattr(self.model, "lm_head", None), "kernels", None)
+        return (kernels is not None and bucket is not None
+                and kernels.choices.get(bucket) == "c_gemv" and "c_gemv" in kernels.packed)
 
     @torch.inference_mode()
     def greedy(self, ids: torch.Tensor, metadata: AttentionMetadata

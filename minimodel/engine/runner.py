@@ -143,16 +143,16 @@ class ModelRunner:
         token ids to the chosen tokens and their log-probabilities (the layers, the LM head,
         the argmax: engine/native_decode.py) -> (tokens, logprobs); None where that cannot
         run, and `run` goes the usual way."""
-        if (self.native is None or not isinstance(self.sampler, GreedySampler)
-                or not all(batch.sample_mask)
-                or not self.sampler.takes([s.params for s in batch.seqs])
+        if self.native is None or not isinstance(self.sampler, GreedySampler):
+            return None
+        params = [s.params for s in batch.seqs]
+        if (not all(batch.sample_mask) or not self.sampler.takes(params)
                 or not self.native.head_runs_here(metadata)):
             return None
         tokens, logprobs, hidden = self.native.greedy(input_ids, metadata)
         if not all(map(math.isfinite, logprobs)):  # a row's largest logit is not finite
             logits = self.model.compute_logits(hidden)  # the sampler decides, as it would
-            found = self.sampler(logits, [s.params for s in batch.seqs],
-                                 [s.generator for s in batch.seqs])
+            found = self.sampler(logits, params, [s.generator for s in batch.seqs])
             return found[0].tolist(), found[1].tolist()
         self.sampler.last_top_logprobs = [None] * len(tokens)
         return tokens, logprobs

@@ -55,9 +55,7 @@ static inline void put(void *p, int kind, size_t j, float v) {
 /* R and put for LANES values at once (the same rounding, lane by lane) */
 static inline vf vround(vf v, int xk) {
     if (xk != BF16) return v;
-    vu u; memcpy(&u, &v, sizeof u);
-    vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);
-    vu r = ((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u & ~nan) | ((u | 0x400000u) & 0xffff0000u & nan);
+    vu r = bf16_bits(v) << 16;
     memcpy(&v, &r, sizeof v);
     return v;
 }
@@ -94,6 +92,16 @@ static inline float hsum(vf v) {  /* the sum of a vector's lanes, as a tree */
     for (int w = LANES / 2; w; w /= 2) for (int l = 0; l < w; l++) a[l] += a[l + w];
     return a[0];
 #endif
+}
+
+/* res[j] = R(v[j] + res[j]) for n values, v of kind vk (the residual add) */
+static void residual(float *res, const void *v, int vk, int n, int xk) {
+    int j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        vf r = vround(load_kind(v, vk, j) + load_f32(res + j), xk);
+        memcpy(res + j, &r, sizeof r);
+    }
+    for (; j < n; j++) res[j] = R(get(v, vk, j) + res[j], xk);
 }
 
 /* out[r] (kind xk) = RMSNorm(v[r]) * w over n values of float v (already of kind xk) */
@@ -300,18 +308,10 @@ int mm_decode(const mm_model *m, int B, const int64_t *ids, const int64_t *posit
     long work = 0;
     for (int b = 0; b < B; b++) work += (long)kv_lens[b] * Hq * D;
     const int attn_threads = B * Hkv > 1 && work >= (1L << 15) ? m->threads : 1;
-    const int n = B * C, whole = n - n % LANES;  /* the residual adds: whole vectors, the rest */
+    const int n = B * C;
     for (int li = 0; li < m->layers; li++) {
         const mm_layer *ly = &m->layer[li];
-        if (li) {
-            for (int j = 0; j < whole; j += LANES) {
-                vf r = vround(load_f32(x + j) + load_f32(res + j), xk);
-                memcpy(res + j, &r, sizeof r);
-            }
-            for (int j = whole; j < n; j++) res[j] = R(x[j] + res[j], xk);
-        } else {
-            memcpy(res, x, sizeof(float) * n);
-        }
+        if (li) residual(res, x, F32, n, xk); else memcpy(res, x, sizeof(float) * n);
         for (int b = 0; b < B; b++) rms_norm(res + b * C, ly->in_norm, C, m->eps, xk, in, (size_t)b * C);
         if ((code = product(m, in, &ly->qkv, y, B, &spent))) goto done;
         #pragma omp parallel for num_threads(rows_threads) schedule(static)
@@ -337,11 +337,7 @@ int mm_decode(const mm_model *m, int B, const int64_t *ids, const int64_t *posit
         }
         if (failed) { code = 2; goto done; }
         if ((code = product(m, in, &ly->o, y, B, &spent))) goto done;
-        for (int j = 0; j < whole; j += LANES) {
-            vf r = vround(load_kind(y, xk, j) + load_f32(res + j), xk);
-            memcpy(res + j, &r, sizeof r);
-        }
-        for (int j = whole; j < n; j++) res[j] = R(get(y, xk, j) + res[j], xk);
+        residual(res, y, xk, n, xk);
         for (int b = 0; b < B; b++) rms_norm(res + b * C, ly->post_norm, C, m->eps, xk, in, (size_t)b * C);
         if ((code = product(m, in, &ly->gate_up, y, B, &spent))) goto done;
         #pragma omp parallel for num_threads(rows_threads) schedule(static)
@@ -359,10 +355,10 @@ int mm_decode(const mm_model *m, int B, const int64_t *ids, const int64_t *posit
         }
         if ((code = product(m, in, &ly->down, y, B, &spent))) goto done;
         int j = 0;
-        for (; j < whole; j += LANES) { vf v = load_kind(y, xk, j); memcpy(x + j, &v, sizeof v); }
+        for (; j + LANES <= n; j += LANES) { vf v = load_kind(y, xk, j); memcpy(x + j, &v, sizeof v); }
         for (; j < n; j++) x[j] = get(y, xk, j);
     }
-    for (int j = 0; j < n; j++) res[j] = m->layers ? R(x[j] + res[j], xk) : x[j];
+    if (m->layers) residual(res, x, F32, n, xk); else memcpy(res, x, sizeof(float) * n);
     for (int b = 0; b < B; b++) rms_norm(res + b * C, m->norm, C, m->eps, xk, hidden, (size_t)b * C);
 done:
     free(x); free(res); free(q); free(heads); free(in); free(y);
@@ -392,8 +388,8 @@ static float sum_exp(const void *logits, int kind, size_t row, int V, float top,
     for (int t = 0; t < (parts < 64 ? parts : 64); t++) {
         int n = parts < 64 ? parts : 64, v0 = (int)((long)vectors * t / n),
             v1 = (int)((long)vectors * (t + 1) / n);
-        vf s0 = (vf){0}, s1 = s0, s2 = s0, s3 = s0;  /* four sums: four e^x in flight */
-        int v = v0;
+        vf s0 = (vf){0}, s1 = s0, s2 = s0, s3 = s0;  /* four sums, each a quarter as long: */
+        int v = v0;                                   /* less float32 rounding in each */
         for (; v + 4 <= v1; v += 4) {
             const size_t at = row + (size_t)v * LANES;
             s0 += vexp(load_kind(logits, kind, at) - top);

@@ -63,13 +63,18 @@ static inline vf load_i8(const void *p) {
 }
 #endif
 
-/* v rounded to bfloat16 (to nearest even, NaN kept NaN, as f32_bf16) and stored at p */
-static inline void store_bf16(uint16_t *p, vf v) {
+/* v rounded to bfloat16 (to nearest even, NaN kept NaN, as f32_bf16): the bits in each lane's
+ * low 16 */
+static inline vu bf16_bits(vf v) {
     vu u; memcpy(&u, &v, sizeof u);
     vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);
     vu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    r = (nan & ((u >> 16) | 0x40u)) | (~nan & r);
-    vh h = __builtin_convertvector(r, vh);
+    return (nan & ((u >> 16) | 0x40u)) | (~nan & r);
+}
+
+/* v rounded to bfloat16 and stored at p */
+static inline void store_bf16(uint16_t *p, vf v) {
+    vh h = __builtin_convertvector(bf16_bits(v), vh);
     memcpy(p, &h, sizeof h);
 }
 
