@@ -20,6 +20,7 @@ weight kind, row bucket) on this machine, keep the fastest, cache the choice.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -143,9 +144,23 @@ def candidates(weight: torch.Tensor) -> list[str]:
     if type(weight) not in (torch.Tensor, torch.nn.Parameter):
         return ["linear"]  # another tensor subclass (int4): its own kernel behind F.linear
     names = ["linear", "matmul_t"]
-    if torch.backends.mkldnn.is_available() and weight.dtype in (torch.float32, torch.bfloat16):
+    if _mkldnn_runs(weight.dtype):
         names.append("mkldnn")
     return names + _c_gemv_if(weight.dtype, True)
+
+
+@functools.cache
+def _mkldnn_runs(dtype: torch.dtype) -> bool:
+    """Whether oneDNN's prepacked linear runs this dtype on this CPU: its bfloat16 path needs
+    AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT, and on a CPU without them packing raises. Asked by
+    packing a small weight once, not by reading CPU flags."""
+    if not torch.backends.mkldnn.is_available() or dtype not in (torch.float32, torch.bfloat16):
+        return False
+    try:
+        _pack_mkldnn(torch.zeros(16, 16, dtype=dtype))
+    except RuntimeError:
+        return False
+    return True
 
 
 def _c_gemv_if(dtype: torch.dtype, ok: bool) -> list[str]:
