@@ -40,6 +40,27 @@ def weight(out: int, inp: int, dtype: torch.dtype, seed: int = 0) -> torch.Tenso
             ).to(dtype)
 
 
+def test_a_onednn_that_cannot_pack_this_dtype_is_not_offered_and_the_engine_still_starts(
+        monkeypatch):
+    """oneDNN's bfloat16 linear needs AVX-512 or AVX-NE-CONVERT; on a CPU without them packing
+    raises. Such a CPU, on any machine: the formulation is left out and the LLM starts."""
+    def refuse(w):
+        raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support ...")
+
+    monkeypatch.setattr(matmul, "_pack_mkldnn", refuse)
+    matmul._mkldnn_runs.cache_clear()
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            assert "mkldnn" not in candidates(weight(64, 32, dtype))
+        llm = mm.LLM("tiny", dtype=torch.bfloat16, skip_tokenizer_init=True, num_pages=16)
+        assert llm.kernel_choices and all(
+            "mkldnn" not in c.describe() for c in llm.kernel_choices)
+        out = llm.generate([[1, 2, 3]], mm.SamplingParams(temperature=0, max_tokens=3))
+        assert len(out[0].token_ids) == 3
+    finally:
+        matmul._mkldnn_runs.cache_clear()  # the next test asks the real oneDNN again
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 17, 32])
 def test_every_formulation_computes_f_linear(dtype, rows):
