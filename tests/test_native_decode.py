@@ -124,7 +124,7 @@ def choice_table(model, seconds: dict[str, float]) -> None:
 
 
 @torch.inference_mode()
-def test_it_runs_where_the_measured_c_products_cost_no_more_than_slack_times_the_chosen_or_little_more():
+def test_it_runs_where_the_c_products_cost_no_more_than_slack_times_the_chosen_or_little_more():
     model, _ = load_language_model("tiny", max_positions=64)
     gen = torch.Generator().manual_seed(2)
     caches, tables = prefilled_twins(model, [5], torch.float32, gen, PAGE)
