@@ -15,12 +15,11 @@ what the layers chose (`can_run`): one CPU process on the torch backend (the run
 decoder exists), float32 or bfloat16 activations, and for the step's row bucket the products
 of every layer, timed in `c_gemv` when the kernels were chosen (`model.kernel_choices`), add up
 to at most SLACK times those of the formulations chosen, or to at most SAVED_PER_LAYER_S more
-a layer. A layer whose choice for that bucket
-is another formulation gets a `c_gemv` pack of its own. Elsewhere the runner keeps the inlined
-torch step. The K/V go into the same slots of the same pool, so prefills (the
-model's forward) and native decode steps read each other's cache. Hidden states equal the
-model's within float rounding, not bit for bit (tests/test_native_decode.py): sums run in
-another order, and e^x is decode.c's own.
+a layer. A layer whose choice for that bucket is another formulation gets a `c_gemv` pack of
+its own. Elsewhere the runner keeps the inlined torch step. The K/V go into the same slots of
+the same pool, so prefills (the model's forward) and native decode steps read each other's
+cache. Hidden states equal the model's within float rounding, not bit for bit
+(tests/test_native_decode.py): sums run in another order, and e^x is decode.c's own.
 
 What it reads: the model's norm weights, embedding, RoPE tables and KV pools in place, and the
 layers' packed weights (the packs, not the weights: as with `c_gemv` anywhere, a weight
