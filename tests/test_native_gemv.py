@@ -88,57 +88,122 @@ def quads() -> bool:
     return lib().mm_quads_max_in() > 0
 
 
+def words() -> bool:
+    return bool(lib().mm_has_words())
+
+
+def int8_layout(act: torch.dtype) -> int:
+    """The layout an int8 weight takes here: integer products where the CPU has them (quads
+    with AVX512_VNNI; words with AVX2 alone, for bfloat16 activations), else bfloat16 pairs or
+    plain floats."""
+    if quads():
+        return native.QUADS
+    if act == torch.bfloat16 and words():
+        return native.WORDS
+    return native.PAIRS if act == torch.bfloat16 and lib().mm_has_pairs() else native.PLAIN
+
+
 @pytest.mark.parametrize("act", [torch.float32, torch.bfloat16])
 def test_int8_weights_take_integer_products_where_the_cpu_has_them(act):
     w, x, bias = data(300, 1000, 6)
     q, scale = int8(w, act)
     packed = native.pack(q, scale, act)
-    pairs = act == torch.bfloat16 and lib().mm_has_pairs()  # else plain, as on AVX2
-    assert packed.layout == (native.QUADS if quads() else native.PAIRS if pairs
-                             else native.PLAIN)
-    # one input far larger than the rest: the bytes' scales follow the row's largest
+    assert packed.layout == int8_layout(act)
+    # one input far larger than the rest: the activations' scales follow the row's largest
     x[:, 7] = 1000
     x = x.to(act)
     exact_w = q.double() * scale.double()[:, None]
     exact = x.double() @ exact_w.T + bias.to(act).double()
     got = native.gemv(x, packed, bias.to(act)).double()
+    # quads: P bytes an input; words: a 16-bit integer an input (gemv.c)
     if act == torch.float32:
-        # float32: each input off by at most 2^-21 of the row's largest, plus float32's sums
+        # each input off by at most 2^-21 of the row's largest, plus float32's sums
         bound = 2.0**-21 * 1000 * exact_w.abs().sum(1) + 1e-6 * exact.abs()
     else:
-        # bfloat16: the inputs of at least 1/32 of the largest are exact, the others off by at
-        # most 2^-14 of it; then the result is rounded to bfloat16
-        small = (x.double().abs() < 1000 / 32).double()
-        bound = 2.0**-14 * 1000 * small @ exact_w.abs().T + 2**-8 * exact.abs()
+        # bfloat16: the inputs of at least 1/32 (quads) or 1/64 (words) of the largest are
+        # exact, the others off by at most 2^-14 (quads) or 1/32767 (words) of it; then the
+        # result is rounded to bfloat16
+        share, off = (64, 1 / 32767) if packed.layout == native.WORDS else (32, 2.0**-14)
+        small = (x.double().abs() < 1000 / share).double()
+        bound = off * 1000 * small @ exact_w.abs().T + 2**-8 * exact.abs()
     assert ((got - exact).abs() <= bound).all()
 
 
-def test_a_zero_row_gives_the_bias_and_a_row_with_inf_or_nan_gives_nan():
+@pytest.mark.parametrize("act", [torch.float32, torch.bfloat16])
+def test_a_zero_row_gives_the_bias_and_a_row_with_inf_or_nan_gives_nan(act):
     w, x, bias = data(40, 64, 4)
-    q, scale = int8(w, torch.float32)
-    packed = native.pack(q, scale, torch.float32)
+    q, scale = int8(w, act)
+    packed = native.pack(q, scale, act)
     x[1] = 0
     x[2, 5] = float("inf")
     x[3, 9] = float("nan")
+    x, bias = x.to(act), bias.to(act)
     got = native.gemv(x, packed, bias)
     assert torch.equal(got[1], bias)
-    assert got[2:].isnan().all() if quads() else not got[2:].isfinite().all(dim=1).any()
+    if packed.layout in (native.QUADS, native.WORDS):  # integers have no inf: the row is NaN
+        assert got[2:].isnan().all()
+    else:
+        assert not got[2:].isfinite().all(dim=1).any()
     exact = x[0].double() @ (q.double() * scale.double()[:, None]).T + bias.double()
-    assert (got[0].double() - exact).abs().max().item() <= 1e-5 * (exact.abs().max().item() + 1)
+    tol = 1e-5 if act == torch.float32 else 2**-8
+    assert (got[0].double() - exact).abs().max().item() <= tol * (exact.abs().max().item() + 1)
 
 
-def test_an_int8_weight_too_wide_for_int32_sums_is_packed_otherwise_and_still_right():
+@pytest.mark.parametrize("act", [torch.float32, torch.bfloat16])
+def test_an_int8_weight_too_wide_for_int32_sums_is_packed_otherwise_and_still_right(act):
     top = lib().mm_quads_max_in()
-    inp = (top or 65536) + 4  # 255 * 128 * inputs would overflow the int32 sums
+    inp = (top or 65536) + 4  # 255 * 128 * inputs would overflow the quads' int32 sums
     g = torch.Generator().manual_seed(3)
     q = torch.randint(-128, 128, (3, inp), generator=g, dtype=torch.int8)
     scale = torch.full((3,), 0.01)
-    x = torch.rand(2, inp, generator=g) + 1  # all of one sign: the sums grow with the inputs
-    packed = native.pack(q, scale, torch.float32)
-    assert packed.layout == native.PLAIN
+    x = (torch.rand(2, inp, generator=g) + 1).to(act)  # of one sign: the sums grow with inputs
+    packed = native.pack(q, scale, act)
+    # words add up 256 pairs at a time in int32, then in float32: any width
+    want = int8_layout(act)
+    assert packed.layout == (native.PLAIN if want == native.QUADS else want)
     exact = x.double() @ (q.double() * 0.01).T
     got = native.gemv(x, packed).double()
-    assert (got - exact).abs().max().item() <= 1e-5 * (exact.abs().max().item() + 1)
+    tol = 1e-5 if act == torch.float32 else 2**-8
+    assert (got - exact).abs().max().item() <= tol * (exact.abs().max().item() + 1)
+
+
+@pytest.mark.skipif(native.library() is None or not native.library().mm_has_words(),
+                    reason="int8 word products are for AVX2 CPUs without AVX-512")
+def test_words_add_up_exactly_at_the_edge_of_int32():
+    """Every weight -128 and every input 255, the row's largest, written as 255 * 128: each pair
+    adds 2 * 128 * 32640 in size, 256 pairs (the int32 sums' chunk) come within 2^23 of 2^31,
+    and twice as many would overflow. Inputs around the 512 a chunk holds, outputs around the 4
+    blocks of 8 side by side, rows around the 4 at a time."""
+    for inp in (2, 511, 512, 513, 1024, 1537):
+        for out in (1, 8, 31, 33):
+            for rows in (1, 4, 5, 9):
+                q = torch.full((out, inp), -128, dtype=torch.int8)
+                scale = torch.full((out,), 2.0**-7)
+                x = torch.full((rows, inp), 255.0, dtype=torch.bfloat16)
+                got = native.gemv(x, native.pack(q, scale, torch.bfloat16)).double()
+                # -255 * inp exactly in float32, then rounded to bfloat16
+                want = torch.full((rows, out), -255.0 * inp).to(torch.bfloat16).double()
+                assert torch.equal(got, want), (inp, out, rows)
+
+
+@pytest.mark.skipif(native.library() is None or not native.library().mm_has_words(),
+                    reason="int8 word products are for AVX2 CPUs without AVX-512")
+def test_words_keep_tiny_and_huge_rows():
+    """A row's scale is a power of two from its largest input: rows near the ends of bfloat16's
+    range (where 1 over the scale is no float) come out right too."""
+    g = torch.Generator().manual_seed(5)
+    q = torch.randint(-127, 128, (20, 50), generator=g, dtype=torch.int8)
+    scale = torch.rand(20, generator=g) + 0.5
+    base = torch.randn(3, 50, generator=g)
+    exact_w = q.double() * scale.double()[:, None]
+    for factor in (2.0**-120, 2.0**-100, 1.0, 2.0**100):
+        x = (base * factor).to(torch.bfloat16)
+        got = native.gemv(x, native.pack(q, scale, torch.bfloat16)).double()
+        exact = x.double() @ exact_w.T
+        err = (got - exact).abs().max().item()
+        assert err <= 2**-7 * exact.abs().max().item(), (factor, err)
+    with pytest.raises(ValueError, match="bfloat16 on the CPU"):  # packed for bfloat16 only
+        native.gemv(x.float(), native.pack(q, scale, torch.bfloat16))
 
 
 def test_the_result_does_not_depend_on_the_thread_count():

@@ -33,8 +33,8 @@ import torch
 from minimodel.home import minimodel_home, write_atomic
 
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("gemv.c", "decode.c", "mm.h"))
-ABI = 5  # gemv.c's mm_abi()
-PLAIN, PAIRS, QUADS = 0, 1, 2  # the layouts of a packed weight (gemv.c)
+ABI = 6  # gemv.c's mm_abi()
+PLAIN, PAIRS, QUADS, WORDS = 0, 1, 2, 3  # the layouts of a packed weight (gemv.c)
 KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
 # tried in order: the first that compiles is used (Apple's clang has no -fopenmp; then one thread)
 FLAG_SETS = (("-O3", "-march=native", "-fopenmp"), ("-O3", "-march=native"),
@@ -147,6 +147,7 @@ def library() -> ctypes.CDLL | None:
     lib.mm_packed_bytes.restype = ctypes.c_size_t
     lib.mm_packed_bytes.argtypes = [ctypes.c_int] * 4
     lib.mm_quads_max_in.restype = ctypes.c_int
+    lib.mm_has_words.restype = ctypes.c_int
     lib.mm_pack.restype = None
     lib.mm_pack.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                             ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
@@ -164,7 +165,8 @@ def library() -> ctypes.CDLL | None:
     _status = (f"built with {Path(cc).name} {flags}: {lib.mm_lanes()} float lanes, "
                f"{'OpenMP threads' if '-fopenmp' in flags else 'one thread'}"
                f"{', bfloat16 pair products (AVX512_BF16)' if lib.mm_has_pairs() else ''}"
-               f"{', int8 quad products (AVX512_VNNI)' if lib.mm_quads_max_in() else ''}")
+               f"{', int8 quad products (AVX512_VNNI)' if lib.mm_quads_max_in() else ''}"
+               f"{', int8 word products (AVX2)' if lib.mm_has_words() else ''}")
     return lib
 
 
@@ -201,7 +203,8 @@ class MMModel(ctypes.Structure):
 class Packed:
     """A weight in gemv.c's blocked layout: `data` (bytes), its kind and shape, its layout
     (PLAIN; PAIRS of inputs for AVX512_BF16's products, bfloat16 activations only; QUADS of
-    int8 inputs for AVX512_VNNI's integer products, either activations), and for int8 the
+    int8 inputs for AVX512_VNNI's integer products, either activations; WORDS, int8 inputs in
+    pairs for AVX2's 16-bit integer products, bfloat16 activations only), and for int8 the
     per-row scales."""
 
     data: torch.Tensor
@@ -213,8 +216,8 @@ class Packed:
 
     @property
     def pairs(self) -> bool:
-        """Packed for bfloat16 activations only."""
-        return self.layout == PAIRS
+        """Packed in pairs of inputs, for bfloat16 activations only."""
+        return self.layout in (PAIRS, WORDS)
 
     @property
     def nbytes(self) -> int:
@@ -247,6 +250,8 @@ def pack(weight: torch.Tensor, scale: torch.Tensor | None = None,
     kind = KINDS[weight.dtype]
     if kind == KINDS[torch.int8] and 0 < in_features <= lib.mm_quads_max_in():
         layout = QUADS
+    elif kind == KINDS[torch.int8] and lib.mm_has_words() and activations == torch.bfloat16:
+        layout = WORDS
     elif lib.mm_has_pairs() and activations == torch.bfloat16 and kind != 0:
         layout = PAIRS
     else:
