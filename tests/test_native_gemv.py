@@ -104,6 +104,30 @@ def int8_layout(act: torch.dtype) -> int:
 
 
 @pytest.mark.parametrize("act", [torch.float32, torch.bfloat16])
+def test_every_layout_offered_computes_the_same_product(act):
+    """An int8 and a bfloat16 weight packed in each layout this CPU's build offers (pack's
+    choice first), and a layout it does not offer refused with what it does."""
+    w, x, bias = data(70, 300, 5)
+    x, bias = x.to(act), bias.to(act)
+    for weight, scale in (int8(w, act), (w.to(torch.bfloat16), None)):
+        offered = native.layouts(native.KINDS[weight.dtype], 300, act)
+        assert offered[-1] == native.PLAIN
+        assert native.pack(weight, scale, act).layout == offered[0]
+        if weight.dtype == torch.int8:
+            assert offered[0] == int8_layout(act)
+        base = None
+        for layout in offered:
+            got = native.gemv(x, native.pack(weight, scale, act, layout=layout), bias).double()
+            base = got if base is None else base
+            tol = 1e-5 if act == torch.float32 else 2**-7
+            assert (got - base).abs().max().item() <= tol * (base.abs().max().item() + 1)
+        missing = [n for n in native.LAYOUT_NAMES if n not in offered]
+        for layout in missing:
+            with pytest.raises(ValueError, match="it offers .*plain"):
+                native.pack(weight, scale, act, layout=layout)
+
+
+@pytest.mark.parametrize("act", [torch.float32, torch.bfloat16])
 def test_int8_weights_take_integer_products_where_the_cpu_has_them(act):
     w, x, bias = data(300, 1000, 6)
     q, scale = int8(w, act)

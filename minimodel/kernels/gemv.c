@@ -84,7 +84,7 @@ static inline __m512bh load_pairs_i8(const void *p) {  /* int8 is exact in bfloa
 #define WORDS 0
 #endif
 enum { PLAIN = 0, PAIRED = 1, QUADRUPLED = 2, WORDED = 3 };  /* the layouts of a packed weight */
-#define WGROUP 4  /* blocks side by side in words */
+#define WGROUP 4  /* blocks side by side in words (1, 2 and 8 read slower, measured) */
 
 /* The interface's version: native.py checks it. */
 int mm_abi(void) { return 6; }
@@ -292,23 +292,28 @@ static void split_rows(const void *x, int xk, int P, int rows, int in, int inq, 
 
 #if WORDS
 /* The products on words: x is [RB][in / 2] pairs of 16-bit integers (read as 32 bits), s [RB]
- * the rows' scales; NB blocks of a group at once; out gets the float sums. */
+ * the rows' scales; NB blocks at once, within one group or whole groups side by side (8 blocks
+ * at one row: two groups, two streams from memory, read faster than one); out gets the float
+ * sums. */
 #define WKERNEL(NB, RB) \
 static void w_##NB##_##RB(const uint32_t *x, int in, const char *wp, const float *s, vf *out) { \
     for (int j = 0; j < NB * RB; j++) out[j] = (vf){0}; \
-    const size_t pairs = (size_t)in / 2; \
+    enum { STREAMS = (NB + WGROUP - 1) / WGROUP, STEP = WGROUP * 2 * LANES }; \
+    const size_t pairs = (size_t)in / 2, gstride = (size_t)in * WGROUP * LANES; \
     for (size_t c = 0; c < pairs; c += WCHUNK) { \
         const size_t end = c + WCHUNK < pairs ? c + WCHUNK : pairs; \
         __m256i acc[NB][RB]; \
         for (int b = 0; b < NB; b++) for (int r = 0; r < RB; r++) \
             acc[b][r] = _mm256_setzero_si256(); \
         for (size_t i = c; i < end; i++) { \
-            _mm_prefetch(wp + (i + WAHEAD) * WGROUP * 2 * LANES, _MM_HINT_T0); \
+            for (int t = 0; t < STREAMS; t++) \
+                _mm_prefetch(wp + t * gstride + (i + WAHEAD) * STEP, _MM_HINT_T0); \
             __m256i xb[RB]; \
             for (int r = 0; r < RB; r++) xb[r] = _mm256_set1_epi32((int)x[r * pairs + i]); \
             for (int b = 0; b < NB; b++) { \
+                const char *p = wp + (b / WGROUP) * gstride + (b % WGROUP) * 2 * LANES; \
                 __m256i w = _mm256_cvtepi8_epi16( \
-                    _mm_loadu_si128((const __m128i *)(wp + (i * WGROUP + b) * 2 * LANES))); \
+                    _mm_loadu_si128((const __m128i *)(p + i * STEP))); \
                 for (int r = 0; r < RB; r++) \
                     acc[b][r] = _mm256_add_epi32(acc[b][r], _mm256_madd_epi16(w, xb[r])); \
             } \
@@ -320,13 +325,14 @@ static void w_##NB##_##RB(const uint32_t *x, int in, const char *wp, const float
     } \
 }
 /* as many blocks at once as 8 running sums allow; 4 rows at a time (more read slower, measured) */
-WKERNEL(4, 1) WKERNEL(2, 2) WKERNEL(2, 3) WKERNEL(2, 4)
+WKERNEL(8, 1) WKERNEL(4, 2) WKERNEL(2, 3) WKERNEL(2, 4)
 WKERNEL(1, 1) WKERNEL(1, 2) WKERNEL(1, 3) WKERNEL(1, 4)
 typedef void (*wfn)(const uint32_t *, int, const char *, const float *, vf *);
 #define WROWS 4
+#define WTASK 8  /* blocks per thread's task */
 static const wfn WONE[WROWS + 1] = {0, w_1_1, w_1_2, w_1_3, w_1_4};
-static const wfn WMANY[WROWS + 1] = {0, w_4_1, w_2_2, w_2_3, w_2_4};
-static const int WNB[WROWS + 1] = {0, 4, 2, 2, 2};
+static const wfn WMANY[WROWS + 1] = {0, w_8_1, w_4_2, w_2_3, w_2_4};
+static const int WNB[WROWS + 1] = {0, 8, 4, 2, 2};
 
 /* Each row of x [rows][in] (bfloat16) as words, q [rows][inp] (zero-padded), and its scale
  * s [rows]. A row holding inf or NaN gets a NaN scale, so its outputs are NaN. Every step is
@@ -405,8 +411,8 @@ static void split_words(const uint16_t *x, int rows, int in, int inp, int16_t *q
 #define NB_8 1
 #define GROUP 4
 #endif
-#if WORDS && GROUP % WGROUP
-#error "a thread's task must hold whole groups of words"
+#if WORDS && (WTASK % WGROUP || WTASK % 8)
+#error "a thread's task must hold whole groups of words and whole calls of 8 blocks"
 #endif
 static const int NBLOCKS[9] = {0, NB_1, NB_2, NB_3, NB_4, NB_5, NB_6, NB_7, NB_8};
 #define KERNELS(K, NAME, LOAD, S) \
@@ -478,7 +484,10 @@ int mm_gemv(const void *x, int xk, const void *packed, int wk, int layout, const
     const size_t bstride = (size_t)inp * LANES * s;
     const int32_t *sums = (const int32_t *)((const char *)packed + blocks * bstride);
     (void)sums; (void)qs;  /* read by the quads' kernels, where the CPU has them */
-    const int group = GROUP;
+    int group = GROUP;
+#if WORDS
+    if (words) group = WTASK;
+#endif
     const int tasks = (blocks + group - 1) / group;
     if ((size_t)blocks * bstride < (384u << 10)) threads = 1;  /* waking a thread costs more */
     #pragma omp parallel for num_threads(threads) schedule(static)

@@ -224,11 +224,31 @@ class Packed:
         return self.data.numel() + (0 if self.scale is None else self.scale.nbytes)
 
 
+LAYOUT_NAMES = {PLAIN: "plain", PAIRS: "pairs", QUADS: "quads", WORDS: "words"}
+
+
+def layouts(kind: int, in_features: int, activations: torch.dtype) -> list[int]:
+    """The layouts this CPU's build can pack a weight of `kind` (KINDS) into for `activations`,
+    the fastest first (what pack chooses)."""
+    lib = library()
+    if lib is None:
+        return []
+    found = []
+    int8, bf16 = kind == KINDS[torch.int8], activations == torch.bfloat16
+    if int8 and 0 < in_features <= lib.mm_quads_max_in():
+        found.append(QUADS)
+    if int8 and bf16 and lib.mm_has_words():
+        found.append(WORDS)
+    if bf16 and kind != KINDS[torch.float32] and lib.mm_has_pairs():
+        found.append(PAIRS)
+    return found + [PLAIN]
+
+
 def pack(weight: torch.Tensor, scale: torch.Tensor | None = None,
-         activations: torch.dtype | None = None) -> Packed:
+         activations: torch.dtype | None = None, layout: int | None = None) -> Packed:
     """Pack a float32 or bfloat16 weight [out, in], or an int8 one with its per-row `scale`
     (float32 or bfloat16, one per output row), for activations of dtype `activations` (default:
-    the weight's dtype; needed for int8)."""
+    the weight's dtype; needed for int8), in `layout` (default: the fastest of `layouts`)."""
     lib = library()
     if lib is None:
         raise RuntimeError(f"the C kernel is not available: {_status}")
@@ -248,14 +268,14 @@ def pack(weight: torch.Tensor, scale: torch.Tensor | None = None,
         raise ValueError(f"activations must be float32 or bfloat16, got {activations}.")
     weight = weight.detach().contiguous()
     kind = KINDS[weight.dtype]
-    if kind == KINDS[torch.int8] and 0 < in_features <= lib.mm_quads_max_in():
-        layout = QUADS
-    elif kind == KINDS[torch.int8] and lib.mm_has_words() and activations == torch.bfloat16:
-        layout = WORDS
-    elif lib.mm_has_pairs() and activations == torch.bfloat16 and kind != 0:
-        layout = PAIRS
-    else:
-        layout = PLAIN
+    offered = layouts(kind, in_features, activations)
+    if layout is None:
+        layout = offered[0]
+    elif layout not in offered:
+        names = ", ".join(f"{LAYOUT_NAMES[n]} ({n})" for n in offered)
+        raise ValueError(f"layout {layout!r} is not one this CPU's build packs a {weight.dtype} "
+                         f"weight [{out_features}, {in_features}] into for {activations} "
+                         f"activations; it offers {names}.")
     data = torch.empty(lib.mm_packed_bytes(kind, layout, out_features, in_features),
                        dtype=torch.uint8)
     lib.mm_pack(weight.data_ptr(), kind, layout, out_features, in_features, data.data_ptr(),
