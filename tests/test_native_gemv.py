@@ -196,10 +196,10 @@ def test_an_int8_weight_too_wide_for_int32_sums_is_packed_otherwise_and_still_ri
 def test_words_add_up_exactly_at_the_edge_of_int32():
     """Every weight -128 and every input 255, the row's largest, written as 255 * 128: each pair
     adds 2 * 128 * 32640 in size, 256 pairs (the int32 sums' chunk) come within 2^23 of 2^31,
-    and twice as many would overflow. Inputs around the 512 a chunk holds, outputs around the 4
-    blocks of 8 side by side, rows around the 4 at a time."""
+    and twice as many would overflow. Inputs around the 512 a chunk holds, outputs around the
+    groups of 4 blocks of 8 and the 8 blocks a row takes at once, rows around the 4 at a time."""
     for inp in (2, 511, 512, 513, 1024, 1537):
-        for out in (1, 8, 31, 33):
+        for out in (1, 8, 31, 33, 64, 65):
             for rows in (1, 4, 5, 9):
                 q = torch.full((out, inp), -128, dtype=torch.int8)
                 scale = torch.full((out,), 2.0**-7)
