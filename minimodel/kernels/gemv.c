@@ -107,7 +107,8 @@ static inline int padded_in(int layout, int in) {
 }
 
 /* Bytes of W packed: ceil(out / LANES) blocks of [in][LANES] (in rounded up to the pair or the
- * quad), zero-padded; in quads, then one int32 sum of weights per (padded) output. */
+ * quad; in words, the blocks rounded up to whole groups), zero-padded; in quads, then one int32
+ * sum of weights per (padded) output. */
 size_t mm_packed_bytes(int wk, int layout, int out, int in) {
     size_t blocks = (size_t)(out + LANES - 1) / LANES;
     if (layout == WORDED) blocks = (blocks + WGROUP - 1) / WGROUP * WGROUP;
