@@ -92,6 +92,10 @@ def words() -> bool:
     return bool(lib().mm_has_words())
 
 
+needs_words = pytest.mark.skipif(native.library() is None or not native.library().mm_has_words(),
+                                 reason="int8 word products are for AVX2 CPUs without AVX-512")
+
+
 def int8_layout(act: torch.dtype) -> int:
     """The layout an int8 weight takes here: integer products where the CPU has them (quads
     with AVX512_VNNI; words with AVX2 alone, for bfloat16 activations), else bfloat16 pairs or
@@ -191,8 +195,7 @@ def test_an_int8_weight_too_wide_for_int32_sums_is_packed_otherwise_and_still_ri
     assert (got - exact).abs().max().item() <= tol * (exact.abs().max().item() + 1)
 
 
-@pytest.mark.skipif(native.library() is None or not native.library().mm_has_words(),
-                    reason="int8 word products are for AVX2 CPUs without AVX-512")
+@needs_words
 def test_words_add_up_exactly_at_the_edge_of_int32():
     """Every weight -128 and every input 255, the row's largest, written as 255 * 128: each pair
     adds 2 * 128 * 32640 in size, 256 pairs (the int32 sums' chunk) come within 2^23 of 2^31,
@@ -210,8 +213,7 @@ def test_words_add_up_exactly_at_the_edge_of_int32():
                 assert torch.equal(got, want), (inp, out, rows)
 
 
-@pytest.mark.skipif(native.library() is None or not native.library().mm_has_words(),
-                    reason="int8 word products are for AVX2 CPUs without AVX-512")
+@needs_words
 def test_words_keep_tiny_and_huge_rows():
     """A row's scale is a power of two from its largest input: rows near the ends of bfloat16's
     range (where 1 over the scale is no float) come out right too."""

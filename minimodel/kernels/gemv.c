@@ -106,12 +106,24 @@ static inline int padded_in(int layout, int in) {
            : layout == QUADRUPLED ? (in + 3) / 4 * 4 : in;
 }
 
-/* Bytes of W packed: ceil(out / LANES) blocks of [in][LANES] (in rounded up to the pair or the
- * quad; in words, the blocks rounded up to whole groups), zero-padded; in quads, then one int32
- * sum of weights per (padded) output. */
-size_t mm_packed_bytes(int wk, int layout, int out, int in) {
+/* Blocks of W packed: ceil(out / LANES), in words rounded up to whole groups */
+static inline size_t packed_blocks(int layout, int out) {
     size_t blocks = (size_t)(out + LANES - 1) / LANES;
-    if (layout == WORDED) blocks = (blocks + WGROUP - 1) / WGROUP * WGROUP;
+    return layout == WORDED ? (blocks + WGROUP - 1) / WGROUP * WGROUP : blocks;
+}
+
+/* Where block blk starts in W packed, its inputs padded to inp, s bytes a weight: blocks one
+ * after the other, or in words WGROUP blocks side by side, a pair of inputs apart */
+static inline size_t block_at(int layout, int blk, int inp, int s) {
+    return layout == WORDED
+               ? (size_t)(blk / WGROUP) * WGROUP * inp * LANES + (size_t)(blk % WGROUP) * 2 * LANES
+               : (size_t)blk * inp * LANES * s;
+}
+
+/* Bytes of W packed: packed_blocks blocks of [in][LANES] (in rounded up to the pair or the
+ * quad), zero-padded; in quads, then one int32 sum of weights per (padded) output. */
+size_t mm_packed_bytes(int wk, int layout, int out, int in) {
+    size_t blocks = packed_blocks(layout, out);
     return blocks * padded_in(layout, in) * LANES * SIZE[wk]
            + (layout == QUADRUPLED ? blocks * LANES * 4 : 0);
 }
@@ -120,17 +132,14 @@ size_t mm_packed_bytes(int wk, int layout, int out, int in) {
  * packed[blk][i / 4][l][i % 4] and then sums[o] = sum_i w[o][i]; in words, WGROUP blocks side by
  * side, packed[blk / WGROUP][i / 2][blk % WGROUP][l][i % 2] (the last group zero-padded) */
 void mm_pack(const void *w, int wk, int layout, int out, int in, void *packed, int threads) {
-    int blocks = (out + LANES - 1) / LANES, s = SIZE[wk], inp = padded_in(layout, in);
+    int blocks = (int)packed_blocks(layout, out), s = SIZE[wk], inp = padded_in(layout, in);
     int group = layout == PAIRED || layout == WORDED ? 2 : layout == QUADRUPLED ? 4 : 1;
     int32_t *sums = (int32_t *)((char *)packed + (size_t)blocks * inp * LANES * s);
-    const int words = layout == WORDED;
-    if (words) blocks = (blocks + WGROUP - 1) / WGROUP * WGROUP;
     #pragma omp parallel for num_threads(threads) schedule(static)
     for (int blk = 0; blk < blocks; blk++) {
-        char *dst = (char *)packed + (words ? (size_t)(blk / WGROUP) * WGROUP * inp * LANES
-                                                  + (size_t)(blk % WGROUP) * 2 * LANES
-                                            : (size_t)blk * inp * LANES * s);
-        const size_t step = words ? WGROUP : 1;  /* groups of inputs are this many blocks apart */
+        char *dst = (char *)packed + block_at(layout, blk, inp, s);
+        /* groups of inputs are this many blocks apart */
+        const size_t step = layout == WORDED ? WGROUP : 1;
         for (int i = 0; i < inp; i++)
             for (int l = 0; l < LANES; l++) {
                 int o = blk * LANES + l;
@@ -312,7 +321,7 @@ static void w_##NB##_##RB(const uint32_t *x, int in, const char *wp, const float
             __m256i xb[RB]; \
             for (int r = 0; r < RB; r++) xb[r] = _mm256_set1_epi32((int)x[r * pairs + i]); \
             for (int b = 0; b < NB; b++) { \
-                const char *p = wp + (b / WGROUP) * gstride + (b % WGROUP) * 2 * LANES; \
+                const char *p = wp + block_at(WORDED, b, in, 1); \
                 __m256i w = _mm256_cvtepi8_epi16( \
                     _mm_loadu_si128((const __m128i *)(p + i * STEP))); \
                 for (int r = 0; r < RB; r++) \
@@ -373,7 +382,8 @@ static void split_words(const uint16_t *x, int rows, int in, int inp, int16_t *q
             for (i = 0; i < in; i++) row[i] = (int16_t)nearbyint(ldexp(bf16_f32(x[at + i]), -E));
             continue;
         }
-        const __m256 up = _mm256_set1_ps(ldexpf(1, -E));
+        const float upf = ldexpf(1, -E);
+        const __m256 up = _mm256_set1_ps(upf);
         for (i = 0; i + LANES <= in; i += LANES) {
             __m256 a = _mm256_round_ps(_mm256_mul_ps((__m256)load_bf16(x + at + i), up),
                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -381,7 +391,7 @@ static void split_words(const uint16_t *x, int rows, int in, int inp, int16_t *q
             _mm_storeu_si128((__m128i *)(row + i), _mm_packs_epi32(
                 _mm256_castsi256_si128(ai), _mm256_extracti128_si256(ai, 1)));
         }
-        for (; i < in; i++) row[i] = (int16_t)nearbyintf(bf16_f32(x[at + i]) * ldexpf(1, -E));
+        for (; i < in; i++) row[i] = (int16_t)nearbyintf(bf16_f32(x[at + i]) * upf);
     }
 }
 #endif
@@ -483,7 +493,7 @@ int mm_gemv(const void *x, int xk, const void *packed, int wk, int layout, const
     const int blocks = (out + LANES - 1) / LANES, s = SIZE[wk];
     const size_t bstride = (size_t)inp * LANES * s;
     const int32_t *sums = (const int32_t *)((const char *)packed + blocks * bstride);
-    (void)sums; (void)qs;  /* read by the quads' kernels, where the CPU has them */
+    (void)sums; (void)qs;  /* read by the quads' and words' kernels, where the CPU has them */
     const int group = GROUP;
     const int tasks = (blocks + group - 1) / group;
     if ((size_t)blocks * bstride < (384u << 10)) threads = 1;  /* waking a thread costs more */
@@ -506,10 +516,7 @@ int mm_gemv(const void *x, int xk, const void *packed, int wk, int layout, const
 #endif
             for (int b = b0; b < b1;) {
                 int n = b + nb <= b1 ? nb : 1;
-                const char *wp = (const char *)packed
-                                 + (words ? (size_t)(b / WGROUP) * WGROUP * bstride
-                                                + (size_t)(b % WGROUP) * 2 * LANES
-                                          : b * bstride);
+                const char *wp = (const char *)packed + block_at(layout, b, inp, s);
                 if (quads) {
 #if QUADS
                     QONE[P - 2][rb](
