@@ -326,6 +326,24 @@ def test_greedy_is_torchs_argmax_and_log_softmax(dtype, rows, vocab):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", ["rising", "falling", "late peak"])
+def test_greedy_scores_a_row_whose_largest_keeps_moving(dtype, shape):
+    """The pass sums e^(x - top) block by block against the largest seen so far, scaling the
+    sum down when a block raises it: a row that rises all along raises it in every block (and
+    in each thread's part), one that falls never does, a late peak does once, far along."""
+    V = 151936
+    row = {"rising": torch.linspace(-60, 40, V), "falling": torch.linspace(40, -60, V),
+           "late peak": torch.linspace(-5, 5, V).sin() * 3}[shape]
+    if shape == "late peak":
+        row[V - 1000] = 30.0
+    logits = torch.stack([row, row.flip(0)]).to(dtype)
+    tokens, logprobs = native.greedy(logits)
+    assert torch.equal(tokens, logits.argmax(-1))
+    want = logits.double().log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+    torch.testing.assert_close(logprobs.double(), want, rtol=0, atol=3e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_greedy_takes_the_first_of_equal_maxima_wherever_they_stand(dtype):
     """One pass keeps, in each vector lane, the largest value and where it first stood: ties
     in one lane, across lanes, in the tail past the last whole vector, and rows of -inf."""

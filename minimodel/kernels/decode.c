@@ -122,20 +122,28 @@ static void rms_norm(const float *v, const void *w, int n, float eps, int xk, vo
 }
 
 /* e^x for LANES floats: x = k ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to r^7
- * (relative error under 2e-7, below float32's half step), times 2^k through the exponent */
+ * (relative error under 2e-7, below float32's half step), times 2^k through the exponent.
+ * x is first clamped to [-87, 88], so 2^k stays normal (a NaN stays NaN); k = round(x / ln2)
+ * by the float adder: x / ln2 + 1.5 * 2^23 holds k in its low mantissa bits, and less
+ * 1.5 * 2^23 again it is k as a float. */
 static inline vf vexp(vf x) {
+#if defined(__AVX512F__)
+    x = (vf)_mm512_max_ps(_mm512_set1_ps(-87.0f), _mm512_min_ps(_mm512_set1_ps(88.0f), (__m512)x));
+#elif defined(__AVX2__)
+    x = (vf)_mm256_max_ps(_mm256_set1_ps(-87.0f), _mm256_min_ps(_mm256_set1_ps(88.0f), (__m256)x));
+#else
     const vf lo = (vf){0} - 87.0f, hi = (vf){0} + 88.0f;
-    vi below = (vi)(x < lo), above = (vi)(x > hi);  /* clamp to [-87, 88]: 2^k stays normal */
+    vi below = (vi)(x < lo), above = (vi)(x > hi);
     x = (vf)(((vi)x & ~(below | above)) | ((vi)lo & below) | ((vi)hi & above));
-    vf t = x * 1.44269504088896341f + 0.5f;
-    vi k = __builtin_convertvector(t, vi);  /* toward zero, */
-    k -= (vi)(__builtin_convertvector(k, vf) > t) & 1;  /* then down: round(x / ln2) */
-    vf kf = __builtin_convertvector(k, vf);
+#endif
+    const float magic = 12582912.0f;  /* 1.5 * 2^23 */
+    vf t = x * 1.44269504088896341f + magic;
+    vf kf = t - magic;
     vf r = x - kf * 0.693145751953125f - kf * 1.428606820309417e-06f;  /* ln2 in two parts */
     vf p = (vf){0} + 1.0f / 5040;
     p = p * r + 1.0f / 720; p = p * r + 1.0f / 120; p = p * r + 1.0f / 24;
     p = p * r + 1.0f / 6; p = p * r + 0.5f; p = p * r + 1.0f; p = p * r + 1.0f;
-    vi bits = (k + 127) << 23;
+    vi bits = ((vi)t - 0x4B400000 + 127) << 23;  /* 2^k: k + 127 in the exponent */
     vf two_k;
     memcpy(&two_k, &bits, sizeof two_k);
     return p * two_k;
@@ -158,21 +166,25 @@ static void attend(const mm_model *m, const void *pool, const int32_t *pages, in
     const size_t vec = (size_t)Hkv * D, page = 2 * (size_t)S * vec, head = (size_t)g * D;
     const size_t size = SIZE[xk], row = D * size;  /* bytes of one token's key (or value) */
     const int wide = D % LANES == 0;  /* whole vectors of the head dim */
+    /* the token AHEAD of the one at hand: its page in the table and its place in that page,
+       counted along (no division a token: S is any page size) */
+    int ahead_page = 0, ahead_at = 0;
     for (int t = 0; t < L && t < AHEAD; t++) {  /* the first keys and values */
-        const size_t at = pages[t / S] * page + (size_t)(t % S) * vec + head;
+        const size_t at = pages[ahead_page] * page + (size_t)ahead_at * vec + head;
         fetch((const char *)pool + at * size, row);
         fetch((const char *)pool + (at + (size_t)S * vec) * size, row);
+        if (++ahead_at == S) { ahead_at = 0; ahead_page++; }
     }
     for (int t0 = 0; t0 < L; t0 += S) {  /* page by page, token by token */
         const size_t k0 = pages[t0 / S] * page + head;
         const int n = L - t0 < S ? L - t0 : S;
         for (int u = 0; u < n; u++) {
             const size_t k = k0 + (size_t)u * vec;
-            const int next = t0 + u + AHEAD;
-            if (next < L) {  /* its key and value */
-                const size_t at = pages[next / S] * page + (size_t)(next % S) * vec + head;
+            if (t0 + u + AHEAD < L) {  /* its key and value */
+                const size_t at = pages[ahead_page] * page + (size_t)ahead_at * vec + head;
                 fetch((const char *)pool + at * size, row);
                 fetch((const char *)pool + (at + (size_t)S * vec) * size, row);
+                if (++ahead_at == S) { ahead_at = 0; ahead_page++; }
             }
             for (int j = 0; j < G; j++) {
                 const float *qj = q + (size_t)j * D;
@@ -201,13 +213,16 @@ static void attend(const mm_model *m, const void *pool, const int32_t *pages, in
         for (t = 0; t < L; t++) sc[t] /= sum;
     }
     for (size_t j = 0; j < (size_t)G * D; j++) out[j] = 0;
+    ahead_page = AHEAD / S, ahead_at = AHEAD % S;  /* the values, from the first again */
     for (int t0 = 0; t0 < L; t0 += S) {
         const size_t v0 = pages[t0 / S] * page + (size_t)S * vec + head;
         const int n = L - t0 < S ? L - t0 : S;
         for (int u = 0; u < n; u++) {
             const size_t v = v0 + (size_t)u * vec;
-            const int next = t0 + u + AHEAD;  /* fetched already, unless a long row's left */
-            if (next < L) fetch((const char *)pool + (pages[next / S] * page + (size_t)S * vec + (size_t)(next % S) * vec + head) * size, row);
+            if (t0 + u + AHEAD < L) {  /* fetched already, unless a long row's left */
+                fetch((const char *)pool + (pages[ahead_page] * page + (size_t)S * vec + (size_t)ahead_at * vec + head) * size, row);
+                if (++ahead_at == S) { ahead_at = 0; ahead_page++; }
+            }
             for (int j = 0; j < G; j++) {
                 const float p = scores[(size_t)j * L + t0 + u];
                 float *oj = out + (size_t)j * D;
@@ -379,59 +394,78 @@ static inline int any(vi m) {  /* is any lane of m set? */
 /* The greedy choice of each row of logits [rows, V] (kind F32 or BF16): tokens[r], the index
  * of its first largest logit (a NaN counts as the largest, as in torch.argmax), and
  * logprobs[r], that token's log-probability: log_softmax(row)[token] = -log(sum_i e^(x_i -
- * max)), NaN where a row holds a NaN or an infinity as its largest. */
-/* sum_i e^(x_i - top) over a row of V logits; in parts, one per thread, on a long row */
-static float sum_exp(const void *logits, int kind, size_t row, int V, float top, int threads) {
-    const int vectors = V / LANES, parts = V >= (1 << 15) ? threads : 1;
-    float part[64] = {0};
-    #pragma omp parallel for num_threads(parts < 64 ? parts : 64) schedule(static)
-    for (int t = 0; t < (parts < 64 ? parts : 64); t++) {
-        int n = parts < 64 ? parts : 64, v0 = (int)((long)vectors * t / n),
-            v1 = (int)((long)vectors * (t + 1) / n);
-        vf s0 = (vf){0}, s1 = s0, s2 = s0, s3 = s0;  /* four sums, each a quarter as long: */
-        int v = v0;                                   /* less float32 rounding in each */
-        for (; v + 4 <= v1; v += 4) {
-            const size_t at = row + (size_t)v * LANES;
-            s0 += vexp(load_kind(logits, kind, at) - top);
-            s1 += vexp(load_kind(logits, kind, at + LANES) - top);
-            s2 += vexp(load_kind(logits, kind, at + 2 * LANES) - top);
-            s3 += vexp(load_kind(logits, kind, at + 3 * LANES) - top);
+ * max)), NaN where a row holds a NaN or an infinity as its largest.
+ *
+ * One pass over the row, in parts (one per thread on a long row), each part block by block:
+ * a block's largest values lane by lane (and where each first stood), then, the block still in
+ * L1, its e^(x - top) summed against the part's running largest `top`; when a block raises
+ * `top`, the sum so far is scaled down by e^(old top - new top) (an online softmax). The parts
+ * then meet: the largest of their tops, and their sums scaled to it. */
+#define BLOCK 64  /* vectors a block: a few KiB */
+typedef struct { float top, sum; int64_t token; int nan; } scan;
+
+static scan scan_part(const void *logits, int kind, size_t row, int v0, int v1) {
+    vf vmax = (vf){0} - INFINITY;
+    vi where = (vi){0}, lane, nans = (vi){0};
+    for (int l = 0; l < LANES; l++) lane[l] = l;
+    scan out = {-INFINITY, 0.0f, -1, 0};
+    for (int b0 = v0; b0 < v1; b0 += BLOCK) {
+        const int b1 = b0 + BLOCK < v1 ? b0 + BLOCK : v1;
+        for (int v = b0; v < b1; v++) {  /* the largest so far, lane by lane */
+            const int i = v * LANES;
+            vf x = load_kind(logits, kind, row + i);
+            vi gt = (vi)(x > vmax);  /* a later equal one does not move it */
+            nans |= (vi)(x != x);
+            vmax = (vf)(((vi)x & gt) | ((vi)vmax & ~gt));
+            where = ((lane + i) & gt) | (where & ~gt);
         }
-        for (; v < v1; v++) s0 += vexp(load_kind(logits, kind, row + (size_t)v * LANES) - top);
-        part[t] = hsum((s0 + s1) + (s2 + s3));
+        float top = out.top;
+        for (int l = 0; l < LANES; l++) if (vmax[l] > top) top = vmax[l];
+        if (top > out.top) { out.sum *= expf(out.top - top); out.top = top; }
+        if (!(top > -INFINITY) || isinf(top)) continue;  /* scored below, if at all */
+        vf s0 = (vf){0}, s1 = s0;  /* two sums, each half as long */
+        int v = b0;
+        for (; v + 2 <= b1; v += 2) {
+            s0 += vexp(load_kind(logits, kind, row + (size_t)v * LANES) - top);
+            s1 += vexp(load_kind(logits, kind, row + (size_t)(v + 1) * LANES) - top);
+        }
+        if (v < b1) s0 += vexp(load_kind(logits, kind, row + (size_t)v * LANES) - top);
+        out.sum += hsum(s0 + s1);
     }
-    float total = 0;
-    for (int t = 0; t < 64; t++) total += part[t];
-    for (int j = vectors * LANES; j < V; j++) total += expf(get(logits, kind, row + j) - top);
-    return total;
+    if (out.top > -INFINITY)  /* the first place the largest stands */
+        for (int l = 0; l < LANES; l++)
+            if (vmax[l] == out.top && (out.token < 0 || where[l] < out.token)) out.token = where[l];
+    out.nan = any(nans);
+    return out;
 }
 
 static void greedy_row(const void *logits, int kind, int r, int V, int64_t *tokens,
                        float *logprobs, int threads) {
     const size_t row = (size_t)r * V;
-    /* one pass: each lane's largest value and where it first stood (a later equal one does
-       not move it), and whether a NaN went by */
-    vf vmax = (vf){0} - INFINITY;
-    vi where = (vi){0}, lane, nans = (vi){0};
-    for (int l = 0; l < LANES; l++) lane[l] = l;
-    int i = 0;
-    for (; i + LANES <= V; i += LANES) {
-        vf x = load_kind(logits, kind, row + i);
-        vi gt = (vi)(x > vmax);
-        nans |= (vi)(x != x);
-        vmax = (vf)(((vi)x & gt) | ((vi)vmax & ~gt));
-        where = ((lane + i) & gt) | (where & ~gt);
-    }
-    float top = -INFINITY;
+    const int vectors = V / LANES, parts = V >= (1 << 15) && threads > 1
+        ? (threads < 64 ? threads : 64) : 1;
+    scan part[64];
+    #pragma omp parallel for num_threads(parts) schedule(static)
+    for (int t = 0; t < parts; t++)
+        part[t] = scan_part(logits, kind, row, (int)((long)vectors * t / parts),
+                            (int)((long)vectors * (t + 1) / parts));
+    float top = -INFINITY, sum = 0;
     int64_t token = -1;
-    for (int l = 0; l < LANES; l++) if (vmax[l] > top) top = vmax[l];
-    if (top > -INFINITY)  /* the first place the largest stands (else: found below) */
-        for (int l = 0; l < LANES; l++)
-            if (vmax[l] == top && (token < 0 || where[l] < token)) token = where[l];
-    int nan = any(nans);
-    for (int j = i; j < V; j++) {
+    int nan = 0;
+    for (int t = 0; t < parts; t++) {  /* in order: the first of equal tops wins */
+        nan |= part[t].nan;
+        if (part[t].token >= 0 && part[t].top > top) { top = part[t].top; token = part[t].token; }
+    }
+    for (int t = 0; t < parts; t++)
+        if (part[t].token >= 0 && top < INFINITY) sum += part[t].sum * expf(part[t].top - top);
+    for (int j = vectors * LANES; j < V; j++) {  /* the tail past the last whole vector */
         float x = get(logits, kind, row + j);
-        if (x != x) nan = 1; else if (x > top) { top = x; token = j; }
+        if (x != x) { nan = 1; continue; }
+        if (x > top) {
+            if (top > -INFINITY && x < INFINITY) sum *= expf(top - x);
+            top = x; token = j;
+        }
+        if (top > -INFINITY && top < INFINITY) sum += expf(x - top);
     }
     if (nan || token < 0) {  /* a NaN counts as the largest (torch.argmax): the first NaN;
                                 an all -inf row: its first value */
@@ -441,8 +475,7 @@ static void greedy_row(const void *logits, int kind, int r, int V, int64_t *toke
         }
     }
     tokens[r] = token;
-    if (nan || isinf(top)) { logprobs[r] = NAN; return; }
-    logprobs[r] = -logf(sum_exp(logits, kind, row, V, top, threads));
+    logprobs[r] = nan || isinf(top) ? NAN : -logf(sum);
 }
 
 void mm_greedy(const void *logits, int kind, int rows, int V, int64_t *tokens, float *logprobs,
