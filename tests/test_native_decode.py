@@ -202,9 +202,9 @@ class Counted:
         self.calls.append(len(metadata.kv_lens))
         return self.step(ids, metadata)
 
-    def greedy(self, ids, metadata):
+    def greedy(self, ids, metadata, score=True):
         self.greedy_calls.append(len(metadata.kv_lens))
-        return self.step.greedy(ids, metadata)
+        return self.step.greedy(ids, metadata, score)
 
 
 def c_engine(dtype, head: str = "c_gemv"):
@@ -259,6 +259,8 @@ def test_the_c_step_through_the_lm_head_is_the_steps_hidden_then_greedy(dtype):
         want = plain(ids, md)
         tokens, logprobs, hidden = fused.greedy(ids, md)
         assert torch.equal(hidden, want)  # the same code up to the head
+        # the step again, unscored (it writes the same K/V into the same slots): the same tokens
+        assert fused.greedy(ids, md, score=False)[:2] == (tokens, None)
         logits = model.compute_logits(hidden)
         assert tokens == logits.argmax(-1).tolist()
         torch.testing.assert_close(
@@ -300,9 +302,10 @@ def test_the_runner_goes_to_c_only_for_plain_greedy_steps_and_the_sampler_decide
     assert len(counted.greedy_calls) == 5
     real = counted.greedy
 
-    def unscored(ids, metadata):  # as for a row whose largest logit is inf
-        tokens, logprobs, hidden = real(ids, metadata)
-        return [0] * len(tokens), [float("nan")] * len(tokens), hidden
+    def unscored(ids, metadata, score=True):  # as for a row whose largest logit is inf
+        tokens, logprobs, hidden = real(ids, metadata, score)
+        assert not score and logprobs is None  # none asked for: none computed
+        return [-1] * len(tokens), None, hidden
 
     counted.greedy = unscored
     got = llm.generate([prompt], greedy, use_tqdm=False)[0]
@@ -319,6 +322,8 @@ def test_greedy_is_torchs_argmax_and_log_softmax(dtype, rows, vocab):
         logits[-1, 2] = float("-inf")
     tokens, logprobs = native.greedy(logits)
     assert torch.equal(tokens, logits.argmax(-1))
+    unscored, none = native.greedy(logits, score=False)
+    assert torch.equal(unscored, tokens) and none is None
     want = logits.double().log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
     # float32 sums of e^x over the row, in lanes (and on a long row, in a part per thread):
     # torch's own float32 log_softmax is 1.7e-5 from float64 on the longest row here
@@ -378,6 +383,8 @@ def test_greedy_marks_rows_it_cannot_score():
     tokens, logprobs = native.greedy(logits)
     assert tokens.tolist() == logits.argmax(-1).tolist() == [7, 9, 0]
     assert logprobs.isnan().all()
+    logits[0, 7] = 5.0  # now the first row can be decided
+    assert native.greedy(logits, score=False)[0].tolist() == [7, -1, -1]  # not the others
     assert native.greedy(torch.zeros(2, 3, 4)) is None  # not [B, V]
 
 

@@ -121,6 +121,13 @@ def build_metadata(
     )
 
 
+def host_tensor(values: list[int], dtype: torch.dtype) -> torch.Tensor:
+    """A CPU int32 or int64 tensor of a non-empty list, over an array's bytes: no torch call
+    (torch.tensor makes four, which the profiler of a short step sees)."""
+    return torch.frombuffer(array.array("q" if dtype == torch.int64 else "i", values),
+                            dtype=dtype)
+
+
 def decode_metadata(
     page_tables: list[list[int]],
     kv_lens: list[int],
@@ -143,14 +150,13 @@ def decode_metadata(
         last_page_len.append(kv_len - (n - 1) * S)
         slots.append(pages[(kv_len - 1) // S] * S + (kv_len - 1) % S)
 
+    on_cpu = torch.device(device).type == "cpu"
+
     def tensor(values: list[int], dtype: torch.dtype) -> torch.Tensor:
-        # over an array's bytes: no torch call (torch.tensor makes four, which the profiler
-        # of a short step sees)
         if not values:
             return torch.empty(0, dtype=dtype, device=device)
-        host = torch.frombuffer(array.array("q" if dtype == torch.int64 else "i", values),
-                                dtype=dtype)
-        return host if torch.device(device).type == "cpu" else host.to(device)
+        host = host_tensor(values, dtype)
+        return host if on_cpu else host.to(device)
 
     return AttentionMetadata(
         qo_indptr=tensor(list(range(len(kv_lens) + 1)), torch.int32),

@@ -38,7 +38,7 @@ from minimodel.engine.attention import AttentionMetadata, TorchBackend
 from minimodel.engine.model import PackedQwen3ForCausalLM
 from minimodel.engine.quantization import linear_layers
 from minimodel.kernels import native
-from minimodel.kernels.matmul import FORMULATIONS, row_bucket
+from minimodel.kernels.matmul import FORMULATIONS, BoundKernels, row_bucket
 from minimodel.sampling import Sampler, SamplingParams
 
 PROFILER_LABEL = "minimodel::c_decode"  # what torch.profiler calls a native decode step
@@ -72,7 +72,9 @@ class NativeDecoder:
         self._packs: dict[Any, native.Packed] = {}  # c_gemv packs of layers that chose another
         self.product_s = 0.0
         self._state: tuple[Any, ...] = ()  # what the struct was built from
+        self._key: tuple[int, ...] = ()  # and _current's key of it
         self._ok: dict[int | None, bool] = {}  # row bucket -> may run here
+        self._head_ok: dict[int | None, bool] = {}  # row bucket -> head_chose_c
         self._struct: native.MMModel | None = None
         self._keep: list[Any] = []  # tensors the struct points into
         self._approved: AttentionMetadata | None = None  # the step can_run last said yes to
@@ -82,21 +84,28 @@ class NativeDecoder:
         # off to time the steps that stop at the hidden states against them)
         self.through_head = True
         self._logits: torch.Tensor | None = None  # greedy's logits, kept from step to step
+        # per batch size B: kv_lens, tokens, logprobs, as decode.c takes them (made once)
+        self._arrays: dict[int, tuple[Any, Any, Any]] = {}
+        self._spent = ctypes.c_double()  # the seconds a call spent in its products
+        self._dtype = torch.float32  # the model's when the struct was built (_build)
 
-    def _current(self) -> tuple[Any, ...]:
-        """What the struct depends on: the layers' kernels, the RoPE tables, the pools, the
-        thread count."""
-        return (*(m.kernels for m in self.products), self.model.rope_cos,
-                self.model.rope_sin, *self.backend.kv_cache.pools, torch.get_num_threads())
+    def _current(self) -> tuple[tuple[Any, ...], tuple[int, ...]]:
+        """What the struct depends on (the RoPE tables, the pools; and the layers' kernels)
+        and a key that changes when any of them does: their id()s (no other object has one
+        while `_state` holds them), the thread count, and the count of kernel rebindings in
+        any layer (`BoundKernels`: no pass over the layers). Asked every step."""
+        state = (self.model.rope_cos, self.model.rope_sin, *self.backend.kv_cache.pools)
+        return state, (BoundKernels.rebinds, *map(id, state), torch.get_num_threads())
 
     def can_run(self, metadata: AttentionMetadata) -> bool:
         """A pure decode step, of a row bucket where the C kernel's products cost at most
         SLACK times the chosen ones, or a little more (see the module's docstring)."""
         if not metadata.is_decode:
             return False
-        state = self._current()
-        if len(state) != len(self._state) or any(a is not b for a, b in zip(state, self._state)):
-            self._state, self._ok, self._struct, self._keep = state, {}, None, []
+        state, key = self._current()
+        if key != self._key:
+            self._state, self._key, self._struct, self._keep = state, key, None, []
+            self._ok, self._head_ok, self._head = {}, {}, None
         bucket = row_bucket(len(metadata.kv_lens))
         ok = self._ok.get(bucket)
         if ok is None:
@@ -136,7 +145,7 @@ class NativeDecoder:
     def _build(self) -> native.MMModel:
         """The mm_model of the current state (pointers into the model's tensors)."""
         model, keep = self.model, self._keep
-        dtype = model.model.embed_tokens.weight.dtype
+        dtype = self._dtype = model.model.embed_tokens.weight.dtype
 
         def ptr(t: torch.Tensor) -> int:
             t = t.detach()
@@ -186,8 +195,13 @@ class NativeDecoder:
         """May `greedy` take this step: `can_run`, and the LM head chose the C kernel for the
         step's row bucket (its pack is at hand, and it was measured the fastest), unless
         `through_head` is off?"""
-        ok = (self.through_head and self.head_chose_c(row_bucket(len(metadata.kv_lens)))
-              and self.can_run(metadata))
+        ok = self.through_head and self.can_run(metadata)  # can_run first: it sees rebinds
+        if ok:
+            bucket = row_bucket(len(metadata.kv_lens))
+            head = self._head_ok.get(bucket)
+            if head is None:
+                head = self._head_ok[bucket] = self.head_chose_c(bucket)
+            ok = head
         self._head_approved = metadata if ok else None  # greedy need not ask again
         return ok
 
@@ -197,62 +211,69 @@ class NativeDecoder:
         return (kernels is not None and bucket is not None
                 and kernels.choices.get(bucket) == "c_gemv" and "c_gemv" in kernels.packed)
 
-    @torch.inference_mode()
-    def greedy(self, ids: torch.Tensor, metadata: AttentionMetadata
-               ) -> tuple[list[int], list[float], torch.Tensor]:
+    def greedy(self, ids: torch.Tensor, metadata: AttentionMetadata, score: bool = True
+               ) -> tuple[list[int], list[float] | None, torch.Tensor]:
         """The step through the LM head to each request's greedy token in the same call
         (`head_runs_here` true): (tokens, their log-probabilities, hidden [B, C]). A
         log-probability is NaN where a row's largest logit is not finite (decide those from
-        `hidden`, as `GreedySampler` does)."""
+        `hidden`, as `GreedySampler` does). score=False, for requests that asked for no
+        log-probabilities: (tokens, None, hidden), no pass of e^x over the vocabulary, and a
+        token is -1 where the row's largest logit is not finite."""
         if metadata is not self._head_approved and not self.head_runs_here(metadata):
             raise ValueError("NativeDecoder.greedy runs pure decode steps whose LM head chose "
                              "the C kernel (see head_runs_here); run the model instead.")
-        packed = self.model.lm_head.kernels.packed["c_gemv"]  # type: ignore[union-attr]
-        if self._head is None or self._head[0] is not packed:
+        if self._head is None:  # the LM head's pack (until a rebinding: can_run)
+            packed = self.model.lm_head.kernels.packed["c_gemv"]  # type: ignore[union-attr]
             self._head = (packed, native.weight_struct(packed, None))
-        hidden, tokens, logprobs = self._step(ids, metadata, self._head[1])
-        return list(tokens), list(logprobs), hidden  # type: ignore[arg-type]
+        hidden, tokens, logprobs = self._step(ids, metadata, self._head[1], score)
+        return list(tokens), list(logprobs) if score else None, hidden  # type: ignore[arg-type]
 
     def _step(self, ids: torch.Tensor, metadata: AttentionMetadata,
-              head: native.MMWeight | None) -> tuple[torch.Tensor, Any, Any]:
+              head: native.MMWeight | None, score: bool = True
+              ) -> tuple[torch.Tensor, Any, Any]:
         """mm_decode (head None) or mm_decode_greedy -> (hidden, tokens, logprobs); the
-        last two ctypes arrays, or None without a head."""
+        last two ctypes arrays, the same for every step of B requests (copy them), filled
+        only with a head."""
         if metadata is not self._approved and not self.can_run(metadata):
             raise ValueError("NativeDecoder runs pure decode steps whose products may run on "
                              "the C kernel (see can_run); run the model's forward instead.")
         if self._struct is None:
             self._struct = self._build()
-        B, rows = len(metadata.kv_lens), self.model.rope_cos.shape[0]  # type: ignore[union-attr]
+        struct = self._struct
+        B, rows = len(metadata.kv_lens), struct.positions
         if max(metadata.kv_lens) > rows:
             raise ValueError(f"a position past the RoPE tables ({rows} positions): "
                              f"kv_lens {metadata.kv_lens}.")
         if ids.shape != (B,):
             raise ValueError(f"ids must hold one token per request: [{B}], got "
                              f"{tuple(ids.shape)}.")
-        dtype = self.model.model.embed_tokens.weight.dtype
         # as decode.c reads them (the metadata's tensors are so already: no torch call)
         ids, positions, slots = (_as(t, torch.int64) for t in (
             ids, metadata.positions, metadata.slot_mapping))
         indptr, indices = _as(metadata.kv_indptr, torch.int32), _as(metadata.kv_indices,
                                                                      torch.int32)
-        kv_lens = (ctypes.c_int32 * B)(*metadata.kv_lens)
-        hidden = torch.empty(B, self.model.cfg.hidden_size, dtype=dtype)
-        spent = ctypes.c_double()
+        arrays = self._arrays.get(B)
+        if arrays is None:
+            arrays = self._arrays[B] = ((ctypes.c_int32 * B)(), (ctypes.c_int64 * B)(),
+                                        (ctypes.c_float * B)())
+        kv_lens, tokens, logprobs = arrays
+        kv_lens[:] = metadata.kv_lens
+        dtype = self._dtype  # the struct's kind
+        hidden = torch.empty(B, struct.C, dtype=dtype)
         args = (B, ids.data_ptr(), positions.data_ptr(), slots.data_ptr(), indptr.data_ptr(),
                 indices.data_ptr(), ctypes.addressof(kv_lens), hidden.data_ptr())
         lib = native.library()
         assert lib is not None
-        tokens = logprobs = None
         if head is None:
-            call, args = lib.mm_decode, (ctypes.byref(self._struct), *args, ctypes.byref(spent))
+            call, args = lib.mm_decode, (ctypes.byref(struct), *args, ctypes.byref(self._spent))
         else:
             vocab = head.out_features
             if self._logits is None or self._logits.numel() < B * vocab:  # kept: see decode.c
                 self._logits = torch.empty(B * vocab, dtype=dtype)
-            tokens, logprobs = (ctypes.c_int64 * B)(), (ctypes.c_float * B)()
             call, args = lib.mm_decode_greedy, (
-                ctypes.byref(self._struct), ctypes.byref(head), *args, self._logits.data_ptr(),
-                ctypes.addressof(tokens), ctypes.addressof(logprobs), ctypes.byref(spent))
+                ctypes.byref(struct), ctypes.byref(head), *args, self._logits.data_ptr(),
+                ctypes.addressof(tokens), ctypes.addressof(logprobs) if score else None,
+                ctypes.byref(self._spent))
         if torch.autograd._profiler_enabled():  # one op of its own under the profiler
             with torch.profiler.record_function(PROFILER_LABEL):
                 code = call(*args)
@@ -263,7 +284,7 @@ class NativeDecoder:
                 f"decode.c refused the step (code {code}; 1: a token id, position, slot or page "
                 f"out of range, or more tokens than a request's pages hold; 2: out of memory); "
                 f"nothing was written. kv_lens {metadata.kv_lens}.")
-        self.product_s += spent.value
+        self.product_s += self._spent.value
         return hidden, tokens, logprobs
 
 
@@ -292,7 +313,8 @@ class GreedySampler(Sampler):
                  rows: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
         if self.takes(params):
             found = native.greedy(logits)
-            if found is not None and all(map(math.isfinite, found[1].tolist())):
+            if (found is not None and found[1] is not None
+                    and all(map(math.isfinite, found[1].tolist()))):
                 self.last_top_logprobs = [None] * len(params)
-                return found
+                return found[0], found[1]
         return super().__call__(logits, params, generators, rows)

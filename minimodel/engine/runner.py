@@ -21,6 +21,7 @@ from minimodel.engine.attention import (
     TorchBackend,
     build_metadata,
     decode_metadata,
+    host_tensor,
 )
 from minimodel.engine.config import EngineConfig
 from minimodel.engine.cuda_graph import CUDAGraphRunner
@@ -107,6 +108,8 @@ class ModelRunner:
         metadata = (decode_metadata(tables, kv_lens, S, self.device)
                     if all(q == 1 for q in batch.q_lens) else
                     build_metadata(tables, kv_lens, batch.q_lens, S, self.device))
+        if self.device.type == "cpu" and ids:
+            return host_tensor(ids, torch.int64), metadata
         return torch.tensor(ids, dtype=torch.int64, device=self.device), metadata
 
     @torch.inference_mode()
@@ -140,22 +143,24 @@ class ModelRunner:
     def greedy_in_c(self, input_ids: torch.Tensor, metadata: AttentionMetadata,
                     batch: ScheduledBatch) -> tuple[list[int], list[float]] | None:
         """A decode step whose every request is plain greedy, in one call into C from the
-        token ids to the chosen tokens and their log-probabilities (the layers, the LM head,
-        the argmax: engine/native_decode.py) -> (tokens, logprobs); None where that cannot
-        run, and `run` goes the usual way."""
+        token ids to the chosen tokens (the layers, the LM head, the argmax:
+        engine/native_decode.py) -> (tokens, logprobs); None where that cannot run, and `run`
+        goes the usual way. No request of such a step asked for log-probabilities, so none
+        are computed: the logprobs are NaN, and no Sequence keeps them."""
         if self.native is None or not isinstance(self.sampler, GreedySampler):
             return None
         params = [s.params for s in batch.seqs]
         if (not all(batch.sample_mask) or not self.sampler.takes(params)
                 or not self.native.head_runs_here(metadata)):
             return None
-        tokens, logprobs, hidden = self.native.greedy(input_ids, metadata)
-        if not all(map(math.isfinite, logprobs)):  # a row's largest logit is not finite
+        # no request asked for log-probabilities (takes): none are computed
+        tokens, _, hidden = self.native.greedy(input_ids, metadata, score=False)
+        if -1 in tokens:  # a row's largest logit is not finite
             logits = self.model.compute_logits(hidden)  # the sampler decides, as it would
             found = self.sampler(logits, params, [s.generator for s in batch.seqs])
             return found[0].tolist(), found[1].tolist()
         self.sampler.last_top_logprobs = [None] * len(tokens)
-        return tokens, logprobs
+        return tokens, [math.nan] * len(tokens)  # not kept: none asked (Sequence.append_token)
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> tuple[list[int], list[float]]:

@@ -394,7 +394,10 @@ static inline int any(vi m) {  /* is any lane of m set? */
 /* The greedy choice of each row of logits [rows, V] (kind F32 or BF16): tokens[r], the index
  * of its first largest logit (a NaN counts as the largest, as in torch.argmax), and
  * logprobs[r], that token's log-probability: log_softmax(row)[token] = -log(sum_i e^(x_i -
- * max)), NaN where a row holds a NaN or an infinity as its largest.
+ * max)), NaN where a row holds a NaN or an infinity as its largest. With logprobs NULL,
+ * nothing is scored (no e^x pass: a greedy request that asked for no log-probabilities) and
+ * tokens[r] is -1 where the row's largest is not finite (a NaN, +inf, or a row of -inf): the
+ * caller decides those rows.
  *
  * One pass over the row, in parts (one per thread on a long row), each part block by block:
  * a block's largest values lane by lane (and where each first stood), then, the block still in
@@ -404,7 +407,7 @@ static inline int any(vi m) {  /* is any lane of m set? */
 #define BLOCK 64  /* vectors a block: a few KiB */
 typedef struct { float top, sum; int64_t token; int nan; } scan;
 
-static scan scan_part(const void *logits, int kind, size_t row, int v0, int v1) {
+static scan scan_part(const void *logits, int kind, size_t row, int v0, int v1, int score) {
     vf vmax = (vf){0} - INFINITY;
     vi where = (vi){0}, lane, nans = (vi){0};
     for (int l = 0; l < LANES; l++) lane[l] = l;
@@ -422,7 +425,7 @@ static scan scan_part(const void *logits, int kind, size_t row, int v0, int v1) 
         float top = out.top;
         for (int l = 0; l < LANES; l++) if (vmax[l] > top) top = vmax[l];
         if (top > out.top) { out.sum *= expf(out.top - top); out.top = top; }
-        if (!(top > -INFINITY) || isinf(top)) continue;  /* scored below, if at all */
+        if (!score || !(top > -INFINITY) || isinf(top)) continue;  /* scored below, if at all */
         vf s0 = (vf){0}, s1 = s0;  /* two sums, each half as long */
         int v = b0;
         for (; v + 2 <= b1; v += 2) {
@@ -441,6 +444,7 @@ static scan scan_part(const void *logits, int kind, size_t row, int v0, int v1) 
 
 static void greedy_row(const void *logits, int kind, int r, int V, int64_t *tokens,
                        float *logprobs, int threads) {
+    const int score = logprobs != NULL;
     const size_t row = (size_t)r * V;
     const int vectors = V / LANES, parts = V >= (1 << 15) && threads > 1
         ? (threads < 64 ? threads : 64) : 1;
@@ -448,7 +452,7 @@ static void greedy_row(const void *logits, int kind, int r, int V, int64_t *toke
     #pragma omp parallel for num_threads(parts) schedule(static)
     for (int t = 0; t < parts; t++)
         part[t] = scan_part(logits, kind, row, (int)((long)vectors * t / parts),
-                            (int)((long)vectors * (t + 1) / parts));
+                            (int)((long)vectors * (t + 1) / parts), score);
     float top = -INFINITY, sum = 0;
     int64_t token = -1;
     int nan = 0;
@@ -467,6 +471,7 @@ static void greedy_row(const void *logits, int kind, int r, int V, int64_t *toke
         }
         if (top > -INFINITY && top < INFINITY) sum += expf(x - top);
     }
+    if (!score) { tokens[r] = nan || isinf(top) ? -1 : token; return; }
     if (nan || token < 0) {  /* a NaN counts as the largest (torch.argmax): the first NaN;
                                 an all -inf row: its first value */
         for (int j = 0; j < V; j++) {
@@ -491,7 +496,8 @@ void mm_greedy(const void *logits, int kind, int rows, int V, int64_t *tokens, f
 /* A decode step to its greedy tokens in one call: mm_decode into hidden [B, C], then the LM
  * head's product (head: a weight as the layers', [vocab, C]) into logits [B, vocab] of the
  * model's kind (the caller's buffer: kept from step to step, its pages stay mapped), then
- * mm_greedy's pass over them: tokens[b] and logprobs[b]. The head's seconds are added to
+ * mm_greedy's pass over them: tokens[b] and logprobs[b] (or with logprobs NULL, tokens[b]
+ * only, -1 where mm_greedy decides nothing). The head's seconds are added to
  * *product_s. Returns mm_decode's codes (1 too for a head that does not take C inputs). */
 int mm_decode_greedy(const mm_model *m, const mm_weight *head, int B, const int64_t *ids,
                      const int64_t *positions, const int64_t *slots, const int32_t *kv_indptr,

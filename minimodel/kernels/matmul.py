@@ -14,7 +14,8 @@ weight kind, row bucket) on this machine, keep the fastest, cache the choice.
   minimodel/kernels/native.py).
 - `candidates(weight)`: the formulations that can run a weight.
 - `time_formulations(weight, rows, names)`: seconds per product, best of a few, interleaved.
-- `LinearKernels`: one layer's choice per row bucket, with its prepacked weights.
+- `LinearKernels`: one layer's choice per row bucket, with its prepacked weights; a layer
+  holds it in `BoundKernels`, which counts every rebinding.
 - `KernelTable`: the choices measured on this machine, in a JSON file under $MINIMODEL_HOME.
 """
 
@@ -267,6 +268,22 @@ class LinearKernels:
             return F.linear(x, weight, bias)
         run, packed = self._by_rows[x.shape[0]]
         return run(x, weight, packed, bias)
+
+
+class BoundKernels:
+    """A layer's `kernels` attribute (layers/linear.py, layers/embedding.py): its
+    LinearKernels, or None for F.linear. Every assignment, to any layer, adds one to
+    `BoundKernels.rebinds`: what was built from a model's kernels (engine/native_decode.py)
+    asks one number each step, not every layer, whether any was rebound since."""
+
+    rebinds = 0
+
+    def __get__(self, obj: object, owner: type | None = None) -> LinearKernels | None:
+        return None if obj is None else obj.__dict__.get("_kernels")
+
+    def __set__(self, obj: object, value: LinearKernels | None) -> None:
+        obj.__dict__["_kernels"] = value
+        BoundKernels.rebinds += 1
 
 
 def describe_choices(choices: dict[int, str]) -> str:

@@ -33,7 +33,7 @@ import torch
 from minimodel.home import minimodel_home, write_atomic
 
 SOURCES = tuple(Path(__file__).with_name(n) for n in ("gemv.c", "decode.c", "mm.h"))
-ABI = 6  # gemv.c's mm_abi()
+ABI = 7  # gemv.c's mm_abi()
 PLAIN, PAIRS, QUADS, WORDS = 0, 1, 2, 3  # the layouts of a packed weight (gemv.c)
 KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}
 # tried in order: the first that compiles is used (Apple's clang has no -fopenmp; then one thread)
@@ -332,11 +332,14 @@ def _call(lib: ctypes.CDLL, x: torch.Tensor, kind: int, packed: Packed,
                        packed.in_features, packed.out_features, torch.get_num_threads())
 
 
-def greedy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+def greedy(logits: torch.Tensor, score: bool = True
+           ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """(tokens Long [B], logprobs float32 [B]) of a CPU float32 or bfloat16 logits [B, V]: each
     row's argmax (the first of equal maxima; a NaN counts as the largest, as torch.argmax) and
     its log_softmax, in one pass over the row in C (decode.c's mm_greedy). None without the C
-    kernel or for another tensor; a logprob is NaN where the row's largest is not finite."""
+    kernel or for another tensor; a logprob is NaN where the row's largest is not finite.
+    score=False: (tokens, None), no e^x pass, and a token is -1 where the row's largest is not
+    finite (decide those rows otherwise)."""
     lib = library()
     if (lib is None or logits.dim() != 2 or logits.device.type != "cpu"
             or logits.dtype not in (torch.float32, torch.bfloat16) or 0 in logits.shape):
@@ -344,7 +347,7 @@ def greedy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     logits = logits.contiguous()
     rows, vocab = logits.shape
     tokens = torch.empty(rows, dtype=torch.int64)
-    logprobs = torch.empty(rows, dtype=torch.float32)
+    logprobs = torch.empty(rows, dtype=torch.float32) if score else None
     lib.mm_greedy(logits.data_ptr(), KINDS[logits.dtype], rows, vocab, tokens.data_ptr(),
-                  logprobs.data_ptr(), torch.get_num_threads())
+                  None if logprobs is None else logprobs.data_ptr(), torch.get_num_threads())
     return tokens, logprobs

@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from minimodel.kernels.matmul import LinearKernels
+from minimodel.kernels.matmul import BoundKernels
 from minimodel.layers.state import get_tp
 from minimodel.ops import ceil_div
 
@@ -57,7 +57,7 @@ class ParallelLMHead(VocabParallelEmbedding):
     On a CPU `kernels` (set by the engine) runs the product the fastest measured way.
     """
 
-    kernels: LinearKernels | None = None
+    kernels = BoundKernels()  # a LinearKernels, or None for F.linear
 
     def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
         super().__init__(num_embeddings, embedding_dim)

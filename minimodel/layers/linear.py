@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from minimodel.kernels.matmul import LinearKernels
+from minimodel.kernels.matmul import BoundKernels
 from minimodel.layers.state import divide, get_tp, local_heads
 
 
@@ -27,7 +27,7 @@ class _LinearBase(nn.Module):
     fastest for x's row count (`kernels`, set by the engine: minimodel/kernels/matmul.py).
     """
 
-    kernels: LinearKernels | None = None
+    kernels = BoundKernels()  # a LinearKernels, or None for F.linear
 
     def __init__(self, in_local: int, out_local: int, bias: bool, full_in: int,
                  full_out: int) -> None:
