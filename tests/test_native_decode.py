@@ -198,6 +198,9 @@ class Counted:
     def head_runs_here(self, metadata):
         return self.step.head_runs_here(metadata)
 
+    def head_runs(self, requests):
+        return self.step.head_runs(requests)
+
     def __call__(self, ids, metadata):
         self.calls.append(len(metadata.kv_lens))
         return self.step(ids, metadata)
@@ -205,6 +208,10 @@ class Counted:
     def greedy(self, ids, metadata, score=True):
         self.greedy_calls.append(len(metadata.kv_lens))
         return self.step.greedy(ids, metadata, score)
+
+    def greedy_lists(self, ids, page_tables, kv_lens):
+        self.greedy_calls.append(len(kv_lens))
+        return self.step.greedy_lists(ids, page_tables, kv_lens)
 
 
 def c_engine(dtype, head: str = "c_gemv"):
@@ -261,6 +268,9 @@ def test_the_c_step_through_the_lm_head_is_the_steps_hidden_then_greedy(dtype):
         assert torch.equal(hidden, want)  # the same code up to the head
         # the step again, unscored (it writes the same K/V into the same slots): the same tokens
         assert fused.greedy(ids, md, score=False)[:2] == (tokens, None)
+        # and from the scheduler's lists, no metadata tensors: the same tokens and hidden
+        listed, hidden2 = fused.greedy_lists(ids.tolist(), tables, lens)
+        assert listed == tokens and torch.equal(hidden2, hidden)
         logits = model.compute_logits(hidden)
         assert tokens == logits.argmax(-1).tolist()
         torch.testing.assert_close(
@@ -278,10 +288,15 @@ def test_the_c_step_through_the_lm_head_is_the_steps_hidden_then_greedy(dtype):
     head.kernels = LinearKernels(head.weight, {**dict.fromkeys(ROW_BUCKETS, "c_gemv"),
                                                8: "linear"})
     assert fused.head_runs_here(decode_metadata(tables, lens, PAGE))  # 3 rows: bucket 4
-    five = decode_metadata([*tables, [40, 41], [44, 45]], [*lens, 3, 2], PAGE)  # bucket 8
+    five_tables, five_lens = [*tables, [40, 41], [44, 45]], [*lens, 3, 2]
+    five = decode_metadata(five_tables, five_lens, PAGE)  # bucket 8
     assert fused.can_run(five) and not fused.head_runs_here(five)
     with pytest.raises(ValueError, match="head_runs_here"):
         fused.greedy(torch.tensor([1, 2, 3, 4, 5]), five)
+    with pytest.raises(ValueError, match="head_runs"):
+        fused.greedy_lists([1, 2, 3, 4, 5], five_tables, five_lens)
+    with pytest.raises(ValueError, match="one token per request"):
+        fused.greedy_lists([1, 2], tables, lens)
 
 
 def test_the_runner_goes_to_c_only_for_plain_greedy_steps_and_the_sampler_decides_the_rest():
@@ -300,14 +315,13 @@ def test_the_runner_goes_to_c_only_for_plain_greedy_steps_and_the_sampler_decide
     assert not counted.greedy_calls  # one request of the batch samples
     want = llm.generate([prompt], greedy, use_tqdm=False)[0].token_ids
     assert len(counted.greedy_calls) == 5
-    real = counted.greedy
+    real = counted.greedy_lists
 
-    def unscored(ids, metadata, score=True):  # as for a row whose largest logit is inf
-        tokens, logprobs, hidden = real(ids, metadata, score)
-        assert not score and logprobs is None  # none asked for: none computed
-        return [-1] * len(tokens), None, hidden
+    def unscored(ids, page_tables, kv_lens):  # as for a row whose largest logit is inf
+        tokens, hidden = real(ids, page_tables, kv_lens)
+        return [-1] * len(tokens), hidden
 
-    counted.greedy = unscored
+    counted.greedy_lists = unscored
     got = llm.generate([prompt], greedy, use_tqdm=False)[0]
     assert got.token_ids == want  # the sampler chose, from the logits of the same hidden
 

@@ -128,6 +128,24 @@ def host_tensor(values: list[int], dtype: torch.dtype) -> torch.Tensor:
                             dtype=dtype)
 
 
+def decode_lists(page_tables: list[list[int]], kv_lens: list[int], page_size: int
+                 ) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The host arithmetic of `decode_metadata`: (kv_indptr, kv_indices, kv_last_page_len,
+    slot_mapping) of a pure decode step, as lists (a step run in C reads them so)."""
+    S = page_size
+    kv_indices, slots, last_page_len, kv_indptr = [], [], [], [0]
+    for i, (pages, kv_len) in enumerate(zip(page_tables, kv_lens, strict=True)):
+        if not 1 <= kv_len <= len(pages) * S:
+            raise ValueError(f"request {i}: need 1 <= kv_len ({kv_len}) <= pages * page_size "
+                             f"({len(pages)} * {S}).")
+        n = pages_needed(kv_len, S)
+        kv_indices += pages[:n]
+        kv_indptr.append(kv_indptr[-1] + n)
+        last_page_len.append(kv_len - (n - 1) * S)
+        slots.append(pages[(kv_len - 1) // S] * S + (kv_len - 1) % S)
+    return kv_indptr, kv_indices, last_page_len, slots
+
+
 def decode_metadata(
     page_tables: list[list[int]],
     kv_lens: list[int],
@@ -138,18 +156,7 @@ def decode_metadata(
     kv_lens[i]), worked out in host arithmetic: the same tensors, without the dozen small
     tensor ops, which show in the step of a small model (a draft model's step is ~1 ms)."""
     S = page_size
-    num_pages, kv_indices, slots, last_page_len, kv_indptr = [], [], [], [], [0]
-    for i, (pages, kv_len) in enumerate(zip(page_tables, kv_lens, strict=True)):
-        if not 1 <= kv_len <= len(pages) * S:
-            raise ValueError(f"request {i}: need 1 <= kv_len ({kv_len}) <= pages * page_size "
-                             f"({len(pages)} * {S}).")
-        n = pages_needed(kv_len, S)
-        num_pages.append(n)
-        kv_indices += pages[:n]
-        kv_indptr.append(kv_indptr[-1] + n)
-        last_page_len.append(kv_len - (n - 1) * S)
-        slots.append(pages[(kv_len - 1) // S] * S + (kv_len - 1) % S)
-
+    kv_indptr, kv_indices, last_page_len, slots = decode_lists(page_tables, kv_lens, S)
     on_cpu = torch.device(device).type == "cpu"
 
     def tensor(values: list[int], dtype: torch.dtype) -> torch.Tensor:

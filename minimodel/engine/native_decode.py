@@ -28,13 +28,14 @@ changed in place after packing is not seen; rebinding a layer's kernels is).
 
 from __future__ import annotations
 
+import array
 import ctypes
 import math
 from typing import Any
 
 import torch
 
-from minimodel.engine.attention import AttentionMetadata, TorchBackend
+from minimodel.engine.attention import AttentionMetadata, TorchBackend, decode_lists
 from minimodel.engine.model import PackedQwen3ForCausalLM
 from minimodel.engine.quantization import linear_layers
 from minimodel.kernels import native
@@ -98,19 +99,23 @@ class NativeDecoder:
         return state, (BoundKernels.rebinds, *map(id, state), torch.get_num_threads())
 
     def can_run(self, metadata: AttentionMetadata) -> bool:
-        """A pure decode step, of a row bucket where the C kernel's products cost at most
-        SLACK times the chosen ones, or a little more (see the module's docstring)."""
-        if not metadata.is_decode:
-            return False
+        """A pure decode step that may run here (`runs`)."""
+        ok = metadata.is_decode and self.runs(len(metadata.kv_lens))
+        self._approved = metadata if ok else None  # __call__ need not ask again
+        return ok
+
+    def runs(self, requests: int) -> bool:
+        """May a pure decode step of this many requests run here: is its row bucket one where
+        the C kernel's products cost at most SLACK times the chosen ones, or a little more
+        (see the module's docstring)?"""
         state, key = self._current()
         if key != self._key:
             self._state, self._key, self._struct, self._keep = state, key, None, []
             self._ok, self._head_ok, self._head = {}, {}, None
-        bucket = row_bucket(len(metadata.kv_lens))
+        bucket = row_bucket(requests)
         ok = self._ok.get(bucket)
         if ok is None:
             ok = self._ok[bucket] = self._supported() and self._c_costs_no_more(bucket)
-        self._approved = metadata if ok else None  # __call__ need not ask again
         return ok
 
     def _c_costs_no_more(self, bucket: int | None) -> bool:
@@ -192,18 +197,22 @@ class NativeDecoder:
         return self._step(ids, metadata, None)[0]
 
     def head_runs_here(self, metadata: AttentionMetadata) -> bool:
-        """May `greedy` take this step: `can_run`, and the LM head chose the C kernel for the
-        step's row bucket (its pack is at hand, and it was measured the fastest), unless
-        `through_head` is off?"""
-        ok = self.through_head and self.can_run(metadata)  # can_run first: it sees rebinds
-        if ok:
-            bucket = row_bucket(len(metadata.kv_lens))
-            head = self._head_ok.get(bucket)
-            if head is None:
-                head = self._head_ok[bucket] = self.head_chose_c(bucket)
-            ok = head
+        """May `greedy` take this step: a pure decode step that `head_runs`?"""
+        ok = metadata.is_decode and self.head_runs(len(metadata.kv_lens))
         self._head_approved = metadata if ok else None  # greedy need not ask again
         return ok
+
+    def head_runs(self, requests: int) -> bool:
+        """May a greedy step of this many requests go on here through the LM head: `runs`,
+        and the head chose the C kernel for its row bucket (its pack is at hand, and it was
+        measured the fastest), unless `through_head` is off?"""
+        if not (self.through_head and self.runs(requests)):  # runs first: it sees rebinds
+            return False
+        bucket = row_bucket(requests)
+        head = self._head_ok.get(bucket)
+        if head is None:
+            head = self._head_ok[bucket] = self.head_chose_c(bucket)
+        return head
 
     def head_chose_c(self, bucket: int | None) -> bool:
         """Did the LM head choose the C kernel for this row bucket (its pack at hand)?"""
@@ -222,46 +231,74 @@ class NativeDecoder:
         if metadata is not self._head_approved and not self.head_runs_here(metadata):
             raise ValueError("NativeDecoder.greedy runs pure decode steps whose LM head chose "
                              "the C kernel (see head_runs_here); run the model instead.")
-        if self._head is None:  # the LM head's pack (until a rebinding: can_run)
+        hidden, tokens, logprobs = self._step(ids, metadata, self._head_struct(), score)
+        return list(tokens), list(logprobs) if score else None, hidden  # type: ignore[arg-type]
+
+    def greedy_lists(self, ids: list[int], page_tables: list[list[int]], kv_lens: list[int]
+                     ) -> tuple[list[int], torch.Tensor]:
+        """`greedy(..., score=False)` of a pure decode step as the scheduler holds it: each
+        request's new token, its page table and its kv_len (this token counted), where
+        `head_runs(len(ids))`; the same call, without a metadata tensor made for it ->
+        (tokens, hidden), a token -1 where its row's largest logit is not finite."""
+        if not self.head_runs(len(kv_lens)):
+            raise ValueError("NativeDecoder.greedy_lists runs greedy steps whose LM head chose "
+                             "the C kernel (see head_runs); run the model instead.")
+        if len(ids) != len(kv_lens):
+            raise ValueError(f"ids must hold one token per request: {len(kv_lens)}, got "
+                             f"{len(ids)}.")
+        kv_indptr, kv_indices, _, slots = decode_lists(
+            page_tables, kv_lens, self.backend.kv_cache.page_size)
+        held = (array.array("q", ids), array.array("q", [n - 1 for n in kv_lens]),
+                array.array("q", slots), array.array("i", kv_indptr),
+                array.array("i", kv_indices))  # the positions: each kv_len - 1
+        hidden, tokens, _ = self._call(tuple(a.buffer_info()[0] for a in held), kv_lens,
+                                       self._head_struct(), score=False)
+        return list(tokens), hidden
+
+    def _head_struct(self) -> native.MMWeight:
+        if self._head is None:  # the LM head's pack (until a rebinding: runs)
             packed = self.model.lm_head.kernels.packed["c_gemv"]  # type: ignore[union-attr]
             self._head = (packed, native.weight_struct(packed, None))
-        hidden, tokens, logprobs = self._step(ids, metadata, self._head[1], score)
-        return list(tokens), list(logprobs) if score else None, hidden  # type: ignore[arg-type]
+        return self._head[1]
 
     def _step(self, ids: torch.Tensor, metadata: AttentionMetadata,
               head: native.MMWeight | None, score: bool = True
               ) -> tuple[torch.Tensor, Any, Any]:
-        """mm_decode (head None) or mm_decode_greedy -> (hidden, tokens, logprobs); the
-        last two ctypes arrays, the same for every step of B requests (copy them), filled
-        only with a head."""
+        """`_call` with the step's token ids and metadata tensors."""
         if metadata is not self._approved and not self.can_run(metadata):
             raise ValueError("NativeDecoder runs pure decode steps whose products may run on "
                              "the C kernel (see can_run); run the model's forward instead.")
-        if self._struct is None:
-            self._struct = self._build()
-        struct = self._struct
-        B, rows = len(metadata.kv_lens), struct.positions
-        if max(metadata.kv_lens) > rows:
-            raise ValueError(f"a position past the RoPE tables ({rows} positions): "
-                             f"kv_lens {metadata.kv_lens}.")
+        B = len(metadata.kv_lens)
         if ids.shape != (B,):
             raise ValueError(f"ids must hold one token per request: [{B}], got "
                              f"{tuple(ids.shape)}.")
         # as decode.c reads them (the metadata's tensors are so already: no torch call)
-        ids, positions, slots = (_as(t, torch.int64) for t in (
-            ids, metadata.positions, metadata.slot_mapping))
-        indptr, indices = _as(metadata.kv_indptr, torch.int32), _as(metadata.kv_indices,
-                                                                     torch.int32)
+        held = (*(_as(t, torch.int64) for t in (ids, metadata.positions, metadata.slot_mapping)),
+                _as(metadata.kv_indptr, torch.int32), _as(metadata.kv_indices, torch.int32))
+        return self._call(tuple(t.data_ptr() for t in held), metadata.kv_lens, head, score)
+
+    def _call(self, pointers: tuple[int, ...], kv_lens_list: list[int],
+              head: native.MMWeight | None, score: bool) -> tuple[torch.Tensor, Any, Any]:
+        """mm_decode (head None) or mm_decode_greedy, given where the step's ids, positions,
+        slots (int64), kv_indptr and kv_indices (int32) lie -> (hidden, tokens, logprobs);
+        the last two ctypes arrays, the same for every step of B requests (copy them), filled
+        only with a head (logprobs only with score)."""
+        if self._struct is None:
+            self._struct = self._build()
+        struct = self._struct
+        B, rows = len(kv_lens_list), struct.positions
+        if max(kv_lens_list) > rows:
+            raise ValueError(f"a position past the RoPE tables ({rows} positions): "
+                             f"kv_lens {kv_lens_list}.")
         arrays = self._arrays.get(B)
         if arrays is None:
             arrays = self._arrays[B] = ((ctypes.c_int32 * B)(), (ctypes.c_int64 * B)(),
                                         (ctypes.c_float * B)())
         kv_lens, tokens, logprobs = arrays
-        kv_lens[:] = metadata.kv_lens
+        kv_lens[:] = kv_lens_list
         dtype = self._dtype  # the struct's kind
         hidden = torch.empty(B, struct.C, dtype=dtype)
-        args = (B, ids.data_ptr(), positions.data_ptr(), slots.data_ptr(), indptr.data_ptr(),
-                indices.data_ptr(), ctypes.addressof(kv_lens), hidden.data_ptr())
+        args = (B, *pointers, ctypes.addressof(kv_lens), hidden.data_ptr())
         lib = native.library()
         assert lib is not None
         if head is None:
@@ -283,7 +320,7 @@ class NativeDecoder:
             raise ValueError(
                 f"decode.c refused the step (code {code}; 1: a token id, position, slot or page "
                 f"out of range, or more tokens than a request's pages hold; 2: out of memory); "
-                f"nothing was written. kv_lens {metadata.kv_lens}.")
+                f"nothing was written. kv_lens {kv_lens_list}.")
         self.product_s += self._spent.value
         return hidden, tokens, logprobs
 

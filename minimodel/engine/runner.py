@@ -140,35 +140,43 @@ class ModelRunner:
                   metadata: AttentionMetadata, rows: list[int]) -> None:
         """Tell the other ranks what this step runs: nothing to tell with one rank."""
 
-    def greedy_in_c(self, input_ids: torch.Tensor, metadata: AttentionMetadata,
-                    batch: ScheduledBatch) -> tuple[list[int], list[float]] | None:
+    def greedy_in_c(self, batch: ScheduledBatch) -> tuple[list[int], list[float]] | None:
         """A decode step whose every request is plain greedy, in one call into C from the
         token ids to the chosen tokens (the layers, the LM head, the argmax:
-        engine/native_decode.py) -> (tokens, logprobs); None where that cannot run, and `run`
-        goes the usual way. No request of such a step asked for log-probabilities, so none
-        are computed: the logprobs are NaN, and no Sequence keeps them."""
+        engine/native_decode.py), with no metadata tensors made for it -> (tokens,
+        logprobs); None where that cannot run, and `run` goes the usual way. No request of
+        such a step asked for log-probabilities, so none are computed: the logprobs are NaN,
+        and no Sequence keeps them."""
         if self.native is None or not isinstance(self.sampler, GreedySampler):
             return None
-        params = [s.params for s in batch.seqs]
-        if (not all(batch.sample_mask) or not self.sampler.takes(params)
-                or not self.native.head_runs_here(metadata)):
+        seqs = batch.seqs
+        params = [s.params for s in seqs]
+        if (any(q != 1 for q in batch.q_lens) or not all(batch.sample_mask)
+                or not self.sampler.takes(params) or not self.native.head_runs(len(seqs))):
             return None
-        # no request asked for log-probabilities (takes): none are computed
-        tokens, _, hidden = self.native.greedy(input_ids, metadata, score=False)
+        tokens, hidden = self.native.greedy_lists(
+            [s.token_ids[s.num_cached_tokens] for s in seqs], [s.page_table for s in seqs],
+            [s.num_cached_tokens + 1 for s in seqs])
         if -1 in tokens:  # a row's largest logit is not finite
-            logits = self.model.compute_logits(hidden)  # the sampler decides, as it would
-            found = self.sampler(logits, params, [s.generator for s in batch.seqs])
+            with torch.inference_mode():
+                logits = self.model.compute_logits(hidden)  # the sampler decides, as it would
+                found = self.sampler(logits, params, [s.generator for s in seqs])
             return found[0].tolist(), found[1].tolist()
         self.sampler.last_top_logprobs = [None] * len(tokens)
         return tokens, [math.nan] * len(tokens)  # not kept: none asked (Sequence.append_token)
 
-    @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> tuple[list[int], list[float]]:
         """Run one step -> (token, logprob) for each request in batch.sample_mask."""
-        input_ids, metadata = self.prepare(batch)
-        done = self.greedy_in_c(input_ids, metadata, batch)  # on a CPU, maybe
+        done = self.greedy_in_c(batch)  # on a CPU, maybe
         if done is not None:
             return done
+        with torch.inference_mode():
+            return self._run_model(batch)
+
+    def _run_model(self, batch: ScheduledBatch) -> tuple[list[int], list[float]]:
+        """The step through the model's forward (or a decode step's C or inlined path) and
+        the sampler."""
+        input_ids, metadata = self.prepare(batch)
         sampled = [i for i, s in enumerate(batch.sample_mask) if s]
         # each sampled request's last new token, a row of the packed batch
         rows = (metadata.qo_indptr[1:].long() - 1)[sampled].tolist()
