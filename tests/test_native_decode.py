@@ -229,22 +229,27 @@ def c_engine(dtype, head: str = "c_gemv"):
 def test_the_engine_generates_the_same_with_and_without_the_c_step(dtype, head):
     """The engine's decode steps in C, against the inlined torch step: in float32 the same
     greedy tokens; in both, every decode step of the batch ran in C, through the LM head to
-    the tokens where the head chose the C kernel, else to the hidden states."""
+    the tokens where the head chose the C kernel, else to the hidden states. One request
+    first, then three that end one after another: the steps of 1, 3, 2, 1 requests."""
     prompts = [[5, 9, 2, 7] * k for k in (1, 5, 9)]
-    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+              for n in (20, 12, 6)]
     llm = c_engine(dtype, head)
+    first = llm.generate([[3, 1, 4]], params[0], use_tqdm=False)
     counted = llm.runner.native = Counted(llm.runner.native)
     with_c = llm.generate(prompts, params, use_tqdm=False)
     ran = counted.greedy_calls if head == "c_gemv" else counted.calls
-    assert ran and max(ran) == 3 and len(ran) == 19  # every decode step, all three
+    assert ran == [3] * 5 + [2] * 6 + [1] * 8  # every decode step, of the requests left
     assert not (counted.calls if head == "c_gemv" else counted.greedy_calls)
     plain = c_engine(dtype, head)  # a fresh engine: no prefix cached by the other run
     plain.runner.native = None
+    first_without = plain.generate([[3, 1, 4]], params[0], use_tqdm=False)
     without = plain.generate(prompts, params, use_tqdm=False)
     if dtype == "float32":
-        assert [o.token_ids for o in with_c] == [o.token_ids for o in without]
-    for a, b in zip(with_c, without, strict=True):
-        assert len(a.token_ids) == len(b.token_ids) == 20
+        assert [o.token_ids for o in first + with_c] == [
+            o.token_ids for o in first_without + without]
+    assert [len(o.token_ids) for o in with_c] == [len(o.token_ids) for o in without] == [
+        20, 12, 6]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -31,6 +31,7 @@ from __future__ import annotations
 import array
 import ctypes
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -84,9 +85,8 @@ class NativeDecoder:
         # greedy steps go on through the LM head in the same call (the bench card turns it
         # off to time the steps that stop at the hidden states against them)
         self.through_head = True
+        self._frames: dict[tuple[int, bool], _Frame] = {}  # per (B, without the head)
         self._logits: torch.Tensor | None = None  # greedy's logits, kept from step to step
-        # per batch size B: kv_lens, tokens, logprobs, as decode.c takes them (made once)
-        self._arrays: dict[int, tuple[Any, Any, Any]] = {}
         self._spent = ctypes.c_double()  # the seconds a call spent in its products
         self._dtype = torch.float32  # the model's when the struct was built (_build)
 
@@ -111,7 +111,7 @@ class NativeDecoder:
         state, key = self._current()
         if key != self._key:
             self._state, self._key, self._struct, self._keep = state, key, None, []
-            self._ok, self._head_ok, self._head = {}, {}, None
+            self._ok, self._head_ok, self._head, self._frames = {}, {}, None, {}
         bucket = row_bucket(requests)
         ok = self._ok.get(bucket)
         if ok is None:
@@ -239,7 +239,8 @@ class NativeDecoder:
         """`greedy(..., score=False)` of a pure decode step as the scheduler holds it: each
         request's new token, its page table and its kv_len (this token counted), where
         `head_runs(len(ids))`; the same call, without a metadata tensor made for it ->
-        (tokens, hidden), a token -1 where its row's largest logit is not finite."""
+        (tokens, hidden), a token -1 where its row's largest logit is not finite; hidden a
+        buffer that the next such step of as many requests overwrites."""
         if not self.head_runs(len(kv_lens)):
             raise ValueError("NativeDecoder.greedy_lists runs greedy steps whose LM head chose "
                              "the C kernel (see head_runs); run the model instead.")
@@ -252,7 +253,7 @@ class NativeDecoder:
                 array.array("q", slots), array.array("i", kv_indptr),
                 array.array("i", kv_indices))  # the positions: each kv_len - 1
         hidden, tokens, _ = self._call(tuple(a.buffer_info()[0] for a in held), kv_lens,
-                                       self._head_struct(), score=False)
+                                       self._head_struct(), score=False, fresh=False)
         return list(tokens), hidden
 
     def _head_struct(self) -> native.MMWeight:
@@ -277,52 +278,80 @@ class NativeDecoder:
                 _as(metadata.kv_indptr, torch.int32), _as(metadata.kv_indices, torch.int32))
         return self._call(tuple(t.data_ptr() for t in held), metadata.kv_lens, head, score)
 
-    def _call(self, pointers: tuple[int, ...], kv_lens_list: list[int],
-              head: native.MMWeight | None, score: bool) -> tuple[torch.Tensor, Any, Any]:
+    def _call(self, pointers: tuple[int, ...], kv_lens: list[int], head: native.MMWeight | None,
+              score: bool, fresh: bool = True) -> tuple[torch.Tensor, Any, Any]:
         """mm_decode (head None) or mm_decode_greedy, given where the step's ids, positions,
         slots (int64), kv_indptr and kv_indices (int32) lie -> (hidden, tokens, logprobs);
         the last two ctypes arrays, the same for every step of B requests (copy them), filled
-        only with a head (logprobs only with score)."""
-        if self._struct is None:
-            self._struct = self._build()
-        struct = self._struct
-        B, rows = len(kv_lens_list), struct.positions
-        if max(kv_lens_list) > rows:
-            raise ValueError(f"a position past the RoPE tables ({rows} positions): "
-                             f"kv_lens {kv_lens_list}.")
-        arrays = self._arrays.get(B)
-        if arrays is None:
-            arrays = self._arrays[B] = ((ctypes.c_int32 * B)(), (ctypes.c_int64 * B)(),
-                                        (ctypes.c_float * B)())
-        kv_lens, tokens, logprobs = arrays
-        kv_lens[:] = kv_lens_list
-        dtype = self._dtype  # the struct's kind
-        hidden = torch.empty(B, struct.C, dtype=dtype)
-        args = (B, *pointers, ctypes.addressof(kv_lens), hidden.data_ptr())
-        lib = native.library()
-        assert lib is not None
-        if head is None:
-            call, args = lib.mm_decode, (ctypes.byref(struct), *args, ctypes.byref(self._spent))
-        else:
-            vocab = head.out_features
-            if self._logits is None or self._logits.numel() < B * vocab:  # kept: see decode.c
-                self._logits = torch.empty(B * vocab, dtype=dtype)
-            call, args = lib.mm_decode_greedy, (
-                ctypes.byref(struct), ctypes.byref(head), *args, self._logits.data_ptr(),
-                ctypes.addressof(tokens), ctypes.addressof(logprobs) if score else None,
-                ctypes.byref(self._spent))
+        only with a head (logprobs only with score); hidden a new tensor, or with fresh=False
+        a buffer the next such step overwrites."""
+        B = len(kv_lens)
+        frame = self._frames.get((B, head is None))
+        if frame is None:
+            frame = self._frames[B, head is None] = self._frame(B, head)
+        if max(kv_lens) > frame.positions:
+            raise ValueError(f"a position past the RoPE tables ({frame.positions} positions): "
+                             f"kv_lens {kv_lens}.")
+        frame.kv_lens[:] = kv_lens
+        hidden = torch.empty_like(frame.hidden) if fresh else frame.hidden
+        args = (*frame.before, *pointers, frame.kv_lens_at, hidden.data_ptr(),
+                *(frame.after if score or head is None else frame.after_unscored))
         if torch.autograd._profiler_enabled():  # one op of its own under the profiler
             with torch.profiler.record_function(PROFILER_LABEL):
-                code = call(*args)
+                code = frame.call(*args)
         else:
-            code = call(*args)
+            code = frame.call(*args)
         if code:
             raise ValueError(
                 f"decode.c refused the step (code {code}; 1: a token id, position, slot or page "
                 f"out of range, or more tokens than a request's pages hold; 2: out of memory); "
-                f"nothing was written. kv_lens {kv_lens_list}.")
+                f"nothing was written. kv_lens {kv_lens}.")
         self.product_s += self._spent.value
-        return hidden, tokens, logprobs
+        return hidden, frame.tokens, frame.logprobs
+
+    def _frame(self, B: int, head: native.MMWeight | None) -> _Frame:
+        """What every call for B requests (with or without the head) passes the same: made
+        once, until the struct is built again (`runs`)."""
+        if self._struct is None:
+            self._struct = self._build()
+        struct, lib = self._struct, native.library()
+        assert lib is not None
+        kv_lens, tokens, logprobs = ((ctypes.c_int32 * B)(), (ctypes.c_int64 * B)(),
+                                     (ctypes.c_float * B)())
+        hidden = torch.empty(B, struct.C, dtype=self._dtype)  # the struct's kind
+        spent = ctypes.byref(self._spent)
+        if head is None:
+            return _Frame(lib.mm_decode, (ctypes.byref(struct), B), (spent,), (spent,), kv_lens,
+                          ctypes.addressof(kv_lens), tokens, logprobs, hidden, struct.positions)
+        if (self._logits is None or self._logits.dtype != self._dtype
+                or self._logits.numel() < B * head.out_features):
+            # one buffer for every B, kept (see decode.c): the frames on a smaller one go
+            self._logits = torch.empty(B * head.out_features, dtype=self._dtype)
+            self._frames = {key: f for key, f in self._frames.items() if key[1]}
+        tail = (self._logits.data_ptr(), ctypes.addressof(tokens))
+        return _Frame(lib.mm_decode_greedy, (ctypes.byref(struct), ctypes.byref(head), B),
+                      (*tail, ctypes.addressof(logprobs), spent), (*tail, None, spent),
+                      kv_lens, ctypes.addressof(kv_lens), tokens, logprobs, hidden,
+                      struct.positions)
+
+
+@dataclass
+class _Frame:
+    """The arguments of a call into decode.c that stay from step to step (`NativeDecoder._call`):
+    its function, those before the step's pointers and after its hidden states (the logits
+    buffer, `NativeDecoder._logits`; the tokens and log-probabilities, or with no scoring a
+    NULL for them; the seconds), and what they point into."""
+
+    call: Any
+    before: tuple[Any, ...]
+    after: tuple[Any, ...]
+    after_unscored: tuple[Any, ...]
+    kv_lens: Any
+    kv_lens_at: int
+    tokens: Any
+    logprobs: Any
+    hidden: torch.Tensor
+    positions: int  # rows of the RoPE tables
 
 
 def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
