@@ -347,3 +347,20 @@ def test_the_card_times_steps_with_and_without_it_taking_turns():
     # a CUDA graph records torch ops: before a capture the C kernel gives way to the next fastest
     capturable_kernels(llm.model)
     assert all(set(module.kernels.choices.values()) == {"matmul_t"} for _, module in layers)
+
+
+def test_the_profiler_sees_each_call_into_c_as_an_op_of_its_own():
+    """native.labelled names a C call for torch.profiler (bench/overhead.py splits a step by
+    those names): a product inside a labelled step counts as a product, not as overhead."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from minimodel.bench.overhead import STEP_LABEL, split_events
+
+    packed = native.pack(torch.randn(64, 32))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with native.labelled(STEP_LABEL):
+            native.gemv(torch.randn(2, 32), packed)
+            torch.zeros(3)  # overhead
+    part, others = split_events(prof.events())
+    assert part["step_us"] > part["products_us"] > 0
+    assert native.PROFILER_LABEL not in others and "aten::zeros" in others

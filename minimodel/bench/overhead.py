@@ -17,9 +17,10 @@ the scheduler and Python. The report splits it into torch calls (the largest nam
 time between them (Python, the scheduler).
 
 overhead = 1 - products / step, with the step's time taken by the profiler around each
-`llm.step()`: both parts from the same steps. The profiler adds a little time to every call it
-records, and a step makes hundreds of small calls, so this overestimates the overhead somewhat;
-the median of as many steps without the profiler is reported beside it (`step_unprofiled_s`),
+`llm.step()` (labelled by torch's fast record function: `native.labelled`): both parts from
+the same steps. The profiler adds a little time to every call it records (a step in torch makes
+hundreds of small calls; a step in C, one), so this overestimates the overhead somewhat; the
+median of as many steps without the profiler is reported beside it (`step_unprofiled_s`),
 measured just before (on a shared machine, not the same moment: compare, do not divide).
 """
 
@@ -30,7 +31,7 @@ import time
 from typing import Any
 
 from torch.autograd.profiler_util import FunctionEvent
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import ProfilerActivity, profile
 
 from minimodel.bench.runners import greedy
 from minimodel.bench.workloads import make_requests
@@ -133,7 +134,7 @@ def step_profile(llm: LLM, steps: int, prompt_len: int, vocab: int,
         before = 0.0 if nat is None else nat.product_s
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(steps):
-                with record_function(STEP_LABEL):
+                with native.labelled(STEP_LABEL):
                     llm.step()
         native_products_s = 0.0 if nat is None else nat.product_s - before
         seq, paired_tokens, by_path = llm.get_request(rid), 0, {}

@@ -297,7 +297,7 @@ class NativeDecoder:
         args = (*frame.before, *pointers, frame.kv_lens_at, hidden.data_ptr(),
                 *(frame.after if score or head is None else frame.after_unscored))
         if torch.autograd._profiler_enabled():  # one op of its own under the profiler
-            with torch.profiler.record_function(PROFILER_LABEL):
+            with native.labelled(PROFILER_LABEL):
                 code = frame.call(*args)
         else:
             code = frame.call(*args)
