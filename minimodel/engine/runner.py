@@ -171,21 +171,16 @@ class ModelRunner:
         if done is not None:
             return done
         with torch.inference_mode():
-            return self._run_model(batch)
-
-    def _run_model(self, batch: ScheduledBatch) -> tuple[list[int], list[float]]:
-        """The step through the model's forward (or a decode step's C or inlined path) and
-        the sampler."""
-        input_ids, metadata = self.prepare(batch)
-        sampled = [i for i, s in enumerate(batch.sample_mask) if s]
-        # each sampled request's last new token, a row of the packed batch
-        rows = (metadata.qo_indptr[1:].long() - 1)[sampled].tolist()
-        self.broadcast(input_ids, batch, metadata, rows)
-        logits = self.compute(input_ids, metadata, rows)  # [b, V]
-        if logits is None:
-            return [], []
-        seqs = [batch.seqs[i] for i in sampled]
-        tokens, logprobs = self.sampler(
-            logits, [s.params for s in seqs], [s.generator for s in seqs]
-        )
+            input_ids, metadata = self.prepare(batch)
+            sampled = [i for i, s in enumerate(batch.sample_mask) if s]
+            # each sampled request's last new token, a row of the packed batch
+            rows = (metadata.qo_indptr[1:].long() - 1)[sampled].tolist()
+            self.broadcast(input_ids, batch, metadata, rows)
+            logits = self.compute(input_ids, metadata, rows)  # [b, V]
+            if logits is None:
+                return [], []
+            seqs = [batch.seqs[i] for i in sampled]
+            tokens, logprobs = self.sampler(
+                logits, [s.params for s in seqs], [s.generator for s in seqs]
+            )
         return tokens.tolist(), logprobs.tolist()
