@@ -209,9 +209,9 @@ class Counted:
         self.greedy_calls.append(len(metadata.kv_lens))
         return self.step.greedy(ids, metadata, score)
 
-    def greedy_lists(self, ids, page_tables, kv_lens):
+    def greedy_lists(self, ids, kv_lens, page_tables):
         self.greedy_calls.append(len(kv_lens))
-        return self.step.greedy_lists(ids, page_tables, kv_lens)
+        return self.step.greedy_lists(ids, kv_lens, page_tables)
 
 
 def c_engine(dtype, head: str = "c_gemv"):
@@ -274,7 +274,7 @@ def test_the_c_step_through_the_lm_head_is_the_steps_hidden_then_greedy(dtype):
         # the step again, unscored (it writes the same K/V into the same slots): the same tokens
         assert fused.greedy(ids, md, score=False)[:2] == (tokens, None)
         # and from the scheduler's lists, no metadata tensors: the same tokens and hidden
-        listed, hidden2 = fused.greedy_lists(ids.tolist(), tables, lens)
+        listed, hidden2 = fused.greedy_lists(ids.tolist(), lens, tables)
         assert listed == tokens and torch.equal(hidden2, hidden)
         logits = model.compute_logits(hidden)
         assert tokens == logits.argmax(-1).tolist()
@@ -299,9 +299,9 @@ def test_the_c_step_through_the_lm_head_is_the_steps_hidden_then_greedy(dtype):
     with pytest.raises(ValueError, match="head_runs_here"):
         fused.greedy(torch.tensor([1, 2, 3, 4, 5]), five)
     with pytest.raises(ValueError, match="head_runs"):
-        fused.greedy_lists([1, 2, 3, 4, 5], five_tables, five_lens)
+        fused.greedy_lists([1, 2, 3, 4, 5], five_lens, five_tables)
     with pytest.raises(ValueError, match="one token per request"):
-        fused.greedy_lists([1, 2], tables, lens)
+        fused.greedy_lists([1, 2], lens, tables)
 
 
 def test_the_runner_goes_to_c_only_for_plain_greedy_steps_and_the_sampler_decides_the_rest():
@@ -322,8 +322,8 @@ def test_the_runner_goes_to_c_only_for_plain_greedy_steps_and_the_sampler_decide
     assert len(counted.greedy_calls) == 5
     real = counted.greedy_lists
 
-    def unscored(ids, page_tables, kv_lens):  # as for a row whose largest logit is inf
-        tokens, hidden = real(ids, page_tables, kv_lens)
+    def unscored(ids, kv_lens, page_tables):  # as for a row whose largest logit is inf
+        tokens, hidden = real(ids, kv_lens, page_tables)
         return [-1] * len(tokens), hidden
 
     counted.greedy_lists = unscored

@@ -92,7 +92,7 @@ def words() -> bool:
     return bool(lib().mm_has_words())
 
 
-needs_words = pytest.mark.skipif(native.library() is None or not native.library().mm_has_words(),
+needs_words = pytest.mark.skipif(native.library() is None or not words(),
                                  reason="int8 word products are for AVX2 CPUs without AVX-512")
 
 

@@ -234,10 +234,10 @@ class NativeDecoder:
         hidden, tokens, logprobs = self._step(ids, metadata, self._head_struct(), score)
         return list(tokens), list(logprobs) if score else None, hidden  # type: ignore[arg-type]
 
-    def greedy_lists(self, ids: list[int], page_tables: list[list[int]], kv_lens: list[int]
+    def greedy_lists(self, ids: list[int], kv_lens: list[int], page_tables: list[list[int]]
                      ) -> tuple[list[int], torch.Tensor]:
         """`greedy(..., score=False)` of a pure decode step as the scheduler holds it: each
-        request's new token, its page table and its kv_len (this token counted), where
+        request's new token, its kv_len (this token counted) and its page table, where
         `head_runs(len(ids))`; the same call, without a metadata tensor made for it ->
         (tokens, hidden), a token -1 where its row's largest logit is not finite; hidden a
         buffer that the next such step of as many requests overwrites."""
@@ -295,7 +295,7 @@ class NativeDecoder:
         frame.kv_lens[:] = kv_lens
         hidden = torch.empty_like(frame.hidden) if fresh else frame.hidden
         args = (*frame.before, *pointers, frame.kv_lens_at, hidden.data_ptr(),
-                *(frame.after if score or head is None else frame.after_unscored))
+                *(frame.after if score else frame.after_unscored))
         if torch.autograd._profiler_enabled():  # one op of its own under the profiler
             with native.labelled(PROFILER_LABEL):
                 code = frame.call(*args)

@@ -98,12 +98,7 @@ class ModelRunner:
 
     def prepare(self, batch: ScheduledBatch) -> tuple[torch.Tensor, AttentionMetadata]:
         """The batch's new token ids, packed [N], and its attention metadata."""
-        ids: list[int] = []
-        kv_lens: list[int] = []
-        for seq, q_len in zip(batch.seqs, batch.q_lens, strict=True):
-            start = seq.num_cached_tokens
-            ids += seq.token_ids[start : start + q_len]
-            kv_lens.append(start + q_len)
+        ids, kv_lens = batch.new_tokens()
         tables, S = [s.page_table for s in batch.seqs], self.kv_cache.page_size
         metadata = (decode_metadata(tables, kv_lens, S, self.device)
                     if all(q == 1 for q in batch.q_lens) else
@@ -154,9 +149,8 @@ class ModelRunner:
         if (any(q != 1 for q in batch.q_lens) or not all(batch.sample_mask)
                 or not self.sampler.takes(params) or not self.native.head_runs(len(seqs))):
             return None
-        tokens, hidden = self.native.greedy_lists(
-            [s.token_ids[s.num_cached_tokens] for s in seqs], [s.page_table for s in seqs],
-            [s.num_cached_tokens + 1 for s in seqs])
+        tokens, hidden = self.native.greedy_lists(*batch.new_tokens(),
+                                                  [s.page_table for s in seqs])
         if -1 in tokens:  # a row's largest logit is not finite
             with torch.inference_mode():
                 logits = self.model.compute_logits(hidden)  # the sampler decides, as it would

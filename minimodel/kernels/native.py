@@ -333,12 +333,14 @@ def _call(lib: ctypes.CDLL, x: torch.Tensor, kind: int, packed: Packed,
                        packed.in_features, packed.out_features, torch.get_num_threads())
 
 
+_FAST_LABEL = getattr(getattr(torch._C, "_profiler", None), "_RecordFunctionFast", None)
+
+
 def labelled(name: str) -> Any:
     """A context in which the profiler records a call as an op named `name`: torch's own fast
     record function (a C++ object, about a microsecond) where this torch has it, else
     torch.profiler.record_function (about ten, which a step of a millisecond would show)."""
-    fast = getattr(getattr(torch._C, "_profiler", None), "_RecordFunctionFast", None)
-    return fast(name) if fast is not None else torch.profiler.record_function(name)
+    return (_FAST_LABEL or torch.profiler.record_function)(name)
 
 
 def greedy(logits: torch.Tensor, score: bool = True
