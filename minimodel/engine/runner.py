@@ -49,6 +49,18 @@ def load_shard(config: EngineConfig, rank: int, device: torch.device) -> PackedQ
     return model
 
 
+def new_tokens(batch: ScheduledBatch) -> tuple[list[int], list[int]]:
+    """(the new token ids of every request of the batch, packed in order; each request's
+    kv_len, the tokens its cache holds after this step)."""
+    ids: list[int] = []
+    kv_lens: list[int] = []
+    for seq, q_len in zip(batch.seqs, batch.q_lens, strict=True):
+        start = seq.num_cached_tokens
+        ids += seq.token_ids[start : start + q_len]
+        kv_lens.append(start + q_len)
+    return ids, kv_lens
+
+
 class ModelRunner:
     """Runs the packed model over the paged cache and samples."""
 
@@ -98,7 +110,7 @@ class ModelRunner:
 
     def prepare(self, batch: ScheduledBatch) -> tuple[torch.Tensor, AttentionMetadata]:
         """The batch's new token ids, packed [N], and its attention metadata."""
-        ids, kv_lens = batch.new_tokens()
+        ids, kv_lens = new_tokens(batch)
         tables, S = [s.page_table for s in batch.seqs], self.kv_cache.page_size
         metadata = (decode_metadata(tables, kv_lens, S, self.device)
                     if all(q == 1 for q in batch.q_lens) else
@@ -149,7 +161,7 @@ class ModelRunner:
         if (any(q != 1 for q in batch.q_lens) or not all(batch.sample_mask)
                 or not self.sampler.takes(params) or not self.native.head_runs(len(seqs))):
             return None
-        tokens, hidden = self.native.greedy_lists(*batch.new_tokens(),
+        tokens, hidden = self.native.greedy_lists(*new_tokens(batch),
                                                   [s.page_table for s in seqs])
         if -1 in tokens:  # a row's largest logit is not finite
             with torch.inference_mode():

@@ -44,17 +44,6 @@ class ScheduledBatch:
     def num_tokens(self) -> int:
         return sum(self.q_lens)
 
-    def new_tokens(self) -> tuple[list[int], list[int]]:
-        """(the new token ids of every request, packed in order; each request's kv_len, the
-        tokens its cache holds after this step)."""
-        ids: list[int] = []
-        kv_lens: list[int] = []
-        for seq, q_len in zip(self.seqs, self.q_lens, strict=True):
-            start = seq.num_cached_tokens
-            ids += seq.token_ids[start : start + q_len]
-            kv_lens.append(start + q_len)
-        return ids, kv_lens
-
     @property
     def sample_mask(self) -> list[bool]:
         """Whether each request gets a new token: only if this step reaches its last token."""
