@@ -94,11 +94,60 @@ def test_bench_card_measures_the_ceiling_and_ends_with_json(small_checkpoint, tm
         ("overhead", "float32"), ("overhead", "bfloat16"),
         ("prefix_p1_ttft_mean", "float32"), ("prefix_p1_total_time", "float32"),
         ("prefix_p2_prefill_tokens", "float32")}
+    # the products with their weights in cache, at each B, over the B=1 step
+    for c in report["cards"].values():
+        one = c["curve"][0]["step_s"]
+        for p in c["curve"]:
+            assert p["products_in_cache_s"] > 0
+            assert p["floor_over_batch1"] == pytest.approx(p["products_in_cache_s"] / one)
+    for t in report["targets"]:
+        if t["target"] == "batch8_step_over_batch1":
+            assert t["floor"] == report["cards"][t["format"]]["curve"][1]["floor_over_batch1"]
     assert out.with_suffix(".png").stat().st_size > 1000
     text = "\n".join(lines[:-1])
     for words in ("ceiling", "memory-bandwidth utilisation", "matmul peak", "memory roof",
-                  "kernels", "curve", "overhead", "decode steps inlined", "targets"):
+                  "kernels", "curve", "overhead", "decode steps inlined", "targets",
+                  "products in cache", "their weights in cache"):
         assert words in text, words
+
+
+@pytest.mark.parametrize("kind", ["float32", "bfloat16", "int8"])
+def test_the_products_floor_prices_a_whole_weight_from_two_slices_in_cache(monkeypatch, kind):
+    """Two slices of the weight (n / 2 and n rows) are timed through the formulation; the rows
+    beyond n are priced at their difference, so what every call costs whatever its size (here
+    50 us) is counted once, not once per slice's worth of rows."""
+    from minimodel.bench import floor
+
+    out, cols = 4000, 256
+    weight = torch.randn(out, cols, generator=torch.Generator().manual_seed(0))
+    if kind == "int8":
+        from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+        layer = torch.nn.Linear(cols, out, bias=False).to(torch.bfloat16)
+        quantize_(layer, Int8WeightOnlyConfig())
+        weight = layer.weight
+    elif kind == "bfloat16":
+        weight = weight.to(torch.bfloat16)
+    timed = []
+
+    def fake_seconds(run, x, part, packed):
+        timed.append((part.shape[0], x.shape, x.dtype))
+        torch.testing.assert_close(run(x, part, packed, None).float(),  # that slice's product
+                                   torch.nn.functional.linear(x, weight)[:, :part.shape[0]].float(),
+                                   rtol=2e-2, atol=2e-2)
+        return 50e-6 + part.shape[0] * 1e-8
+
+    monkeypatch.setattr(floor, "_call_seconds", fake_seconds)
+    monkeypatch.setattr(floor, "HOT_BYTES", 1000 * cols)  # n: about 1000 rows of float32
+    seconds = floor.weight_floor(weight, "linear" if kind == "int8" else "matmul_t", rows=3)
+    n = timed[1][0]
+    assert [t[0] for t in timed] == [n // 2, n] and n < out and n % 16 == 0
+    assert all(t[1] == (3, cols) and t[2] == weight.dtype for t in timed)
+    assert seconds == pytest.approx(50e-6 + out * 1e-8)
+    # a weight the slice covers whole: its own time
+    timed.clear()
+    small = weight[:n // 2]
+    assert floor.weight_floor(small, "linear", rows=1) == pytest.approx(50e-6 + (n // 2) * 1e-8)
 
 
 def test_the_layer_step_runs_the_engine_layer_over_its_own_pages():

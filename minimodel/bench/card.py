@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from minimodel.bench.curve import decode_bytes, decode_curve, weight_bytes
+from minimodel.bench.curve import add_floor, decode_bytes, decode_curve, weight_bytes
+from minimodel.bench.floor import products_floor
 from minimodel.bench.measure import free_memory
 from minimodel.bench.overhead import step_profile
 from minimodel.bench.prefix import PrefixWorkloads, format_prefix, prefix_report
@@ -139,6 +140,7 @@ def bench_card(settings: BenchSettings, llm: LLM, fmt: str, vocab: int,
                                           1, dtype)
     curve = decode_curve(llm, settings.curve_batches, settings.curve_prompt,
                          settings.curve_steps, vocab, weights)
+    add_floor(curve, products_floor(llm, settings.curve_batches))
     overhead = step_profile(llm, settings.profile_steps, work["decode_prompt"], vocab)
     return {
         "model": settings.model, "format": fmt, "dtype": str(dtype).removeprefix("torch."),
@@ -187,6 +189,7 @@ def format_card(c: dict[str, Any], machine_info: dict[str, Any]) -> str:
     what = (f"{c['format']} weights, {c['dtype']} activations" if c["quantization"]
             else c["dtype"])
     probes = c["probes"]
+    floor = "products_in_cache_s" in c["curve"][0]
     lines = [
         f"== minimodel bench card: {c['model']}, {what}, {c['device']} ({where}), "
         f"{c['backend']} attention ==",
@@ -213,13 +216,20 @@ def format_card(c: dict[str, Any], machine_info: dict[str, Any]) -> str:
         f"curve      one decode step with B requests (prompts of {c['curve_prompt']} tokens; the "
         f"fastest of {c['curve_steps']} steps each):",
         f"{'':11s}{'B':>3s} {'step ms':>9s} {'x B=1':>6s} {'tok/s':>8s} {'GB read':>8s} "
-        f"{'GB/s':>7s} {'of roof':>8s}",
+        f"{'GB/s':>7s} {'of roof':>8s}" + (f" {'products in cache':>18s}" if floor else ""),
     ]
     for p in c["curve"]:
         lines.append(f"{'':11s}{p['batch']:3d} {p['step_s'] * 1e3:9.2f} "
                      f"{p['step_over_batch1']:6.2f} {p['tok_per_s']:8.1f} "
                      f"{p['bytes_per_step'] / 1e9:8.3f} {p['bytes_per_s'] / 1e9:7.2f} "
-                     f"{p['bytes_per_s'] / c['bandwidth_bytes_per_s']:8.0%}")
+                     f"{p['bytes_per_s'] / c['bandwidth_bytes_per_s']:8.0%}"
+                     + (f" {p['products_in_cache_s'] * 1e3:9.2f} ms x{p['floor_over_batch1']:4.2f}"
+                        if floor else ""))
+    if floor:
+        lines.append(
+            f"{'':11s}products in cache: the step's matrix products through the kernels "
+            "chosen, timed on weights the caches hold (bench/floor.py), and that over the B=1 "
+            "step: what a step of B would cost if no weight came from memory")
     o = c["overhead"]
     lines.append(
         f"overhead   profiler, {o['steps']} batch-1 decode steps of {o['step_s'] * 1e3:.2f} ms: "

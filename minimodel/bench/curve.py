@@ -102,3 +102,15 @@ def decode_curve(llm: LLM, batches: tuple[int, ...], prompt_len: int, steps: int
     for p in points:
         p["step_over_batch1"] = p["step_s"] / one
     return points
+
+
+def add_floor(points: list[dict[str, Any]], floor: dict[int, float] | None) -> None:
+    """Each point of the curve gets the products' floor at its B (bench/floor.py):
+    `products_in_cache_s`, and `floor_over_batch1`, that over the first point's step: the
+    least `step_over_batch1` the kernels allow. Nothing added where there is no floor."""
+    if not floor:
+        return
+    one = points[0]["step_s"]
+    for p in points:
+        p["products_in_cache_s"] = floor[p["batch"]]
+        p["floor_over_batch1"] = floor[p["batch"]] / one

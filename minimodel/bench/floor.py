@@ -1,0 +1,92 @@
+"""The products' floor: how fast a decode step's matrix products run when no weight has to come
+from memory.
+
+A decode step of B requests multiplies B rows by every weight. At B = 1 reading the weights
+binds (chapter 09); as B grows the multiply-adds catch up, and from some B on the arithmetic
+binds. The floor says where, on this CPU: each (weight shape, kind) of the model, through the
+formulation the engine chose for B rows, is timed on the weight's first rows (a slice that the
+caches hold) and scaled up to the whole weight and every layer of that shape.
+
+A step of B requests takes at least its products, and a product reading its weight from memory
+is no faster than one reading it from the caches: the floor at B over the batch-1 step
+estimates the least `step_over_batch1` these kernels allow on this CPU. Where it is well above
+the card's 1.3 at B = 8, the arithmetic, not the engine around it, is what misses the target.
+It is a measurement like the others, not a proof: a busy moment can lift it a little above a
+step measured at a quieter one.
+
+Timing a slice includes what each call costs whatever its size (Python, the call into C,
+waking threads). Two slices, of n / 2 and n rows, cost the same outside the products: their
+difference is the price of n / 2 rows of arithmetic, and the floor of a layer is its n rows'
+call plus that price for the rest of its rows.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from minimodel.bench.curve import tensor_bytes
+from minimodel.kernels.matmul import FORMULATIONS, row_bucket
+
+# bytes of the larger slice: in the caches (on 2 cores, half of it in each core's L2), and its
+# half above the size under which gemv.c runs on one thread (both slices take the same threads)
+HOT_BYTES = 1 << 20
+CALL_SECONDS = 2e-3  # each timing: back-to-back calls adding up to about this long
+REPEATS = 7  # the fastest of this many timings (a shared machine only makes a run slower)
+
+
+def _call_seconds(run, x: torch.Tensor, weight: torch.Tensor, packed: object) -> float:
+    """Seconds of one call: the fastest of REPEATS timings of back-to-back calls."""
+    run(x, weight, packed, None)  # warm-up: the first call allocates
+    start = time.perf_counter()
+    run(x, weight, packed, None)
+    calls = max(1, min(200, int(CALL_SECONDS / max(time.perf_counter() - start, 1e-7))))
+    best = float("inf")
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        for _ in range(calls):
+            run(x, weight, packed, None)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+def weight_floor(weight: torch.Tensor, name: str, rows: int) -> float:
+    """Seconds of `rows` rows times the whole `weight` through formulation `name`, the weight
+    read from the caches: its first n rows (HOT_BYTES) timed, and n / 2 of them, and the rest
+    of the weight priced at their difference."""
+    out, cols = weight.shape
+    per_row = max(1, tensor_bytes(weight) // out)  # bytes of one output row (and its scale)
+    n = min(out, max(16, HOT_BYTES // per_row) // 16 * 16)
+    half = n // 2
+    formulation = FORMULATIONS[name]
+    x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows)).to(weight.dtype)
+    seconds = {}
+    for size in (half, n):
+        part = weight[:size]  # (a torchao weight slices outside inference mode only)
+        packed = formulation.pack(part) if formulation.pack else None
+        with torch.inference_mode():
+            seconds[size] = _call_seconds(formulation.run, x, part, packed)
+    if n == out:
+        return seconds[n]
+    per_output = max(0.0, seconds[n] - seconds[half]) / (n - half)
+    return seconds[n] + (out - n) * per_output
+
+
+def products_floor(llm, batches: tuple[int, ...]) -> dict[int, float] | None:
+    """{B: seconds of a decode step's products with B rows, every weight read from the
+    caches}, through the formulations the engine chose (`llm.kernel_choices`); None where the
+    engine chose none (CUDA, or kernels not tuned)."""
+    choices = getattr(llm, "kernel_choices", None)
+    if not choices:
+        return None
+    modules = dict(llm.model.named_modules())
+    floor = {}
+    for batch in batches:
+        total = 0.0
+        for choice in choices:
+            weight = modules[choice.layers[0]].weight
+            name = choice.choices.get(row_bucket(batch), "linear")  # type: ignore[arg-type]
+            total += len(choice.layers) * weight_floor(weight, name, batch)
+        floor[batch] = total
+    return floor
