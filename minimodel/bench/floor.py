@@ -29,9 +29,10 @@ import torch
 from minimodel.bench.curve import tensor_bytes
 from minimodel.kernels.matmul import FORMULATIONS, row_bucket
 
-# bytes of the larger slice: in the caches (on 2 cores, half of it in each core's L2), and its
-# half above the size under which gemv.c runs on one thread (both slices take the same threads)
-HOT_BYTES = 1 << 20
+# bytes of the larger slice: both slices in the last-level cache of most CPUs, and on one side
+# of the per-core caches (a slice that fits them against one that spills would price the spill as
+# arithmetic), and far above the size under which gemv.c runs on one thread
+HOT_BYTES = 4 << 20
 CALL_SECONDS = 2e-3  # each timing: back-to-back calls adding up to about this long
 REPEATS = 7  # the fastest of this many timings (a shared machine only makes a run slower)
 
