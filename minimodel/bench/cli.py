@@ -71,7 +71,8 @@ the batch-1 decode ceiling, roof / bytes read per token (every weight once, plus
 the context); the engine's measured decode tokens/s and its fraction of that ceiling
 (memory-bandwidth utilisation, MBU); its prefill FLOP/s against the matmul peak; the kernel the
 engine chose for each layer; the decode curve, one decode step with B = 1, 2, 4, ... 32
-requests (tokens/s and bytes read/s, plotted next to the JSON); and, by torch.profiler, the
+requests (tokens/s and bytes read/s, plotted next to the JSON), beside what its products cost
+with every weight in cache (what the arithmetic alone allows); and, by torch.profiler, the
 share of a batch-1 decode step spent outside the matrix products; and workloads P at a small
 size (a 256-token system prompt and 8 questions; a 4-turn chat), the prefix cache off against
 on (--no-card-prefix skips them). Then the targets, met or not. Its last line is the card as

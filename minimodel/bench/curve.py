@@ -106,8 +106,9 @@ def decode_curve(llm: LLM, batches: tuple[int, ...], prompt_len: int, steps: int
 
 def add_floor(points: list[dict[str, Any]], floor: dict[int, float] | None) -> None:
     """Each point of the curve gets the products' floor at its B (bench/floor.py):
-    `products_in_cache_s`, and `floor_over_batch1`, that over the first point's step: the
-    least `step_over_batch1` the kernels allow. Nothing added where there is no floor."""
+    `products_in_cache_s`, and `floor_over_batch1`, that over the first point's step: an
+    estimate of the least `step_over_batch1` the kernels allow. Nothing added where there is
+    no floor."""
     if not floor:
         return
     one = points[0]["step_s"]

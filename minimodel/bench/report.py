@@ -137,7 +137,7 @@ def card_targets(cards: dict[str, Any],
     """Each target the cards (and the card's workloads P) measure: its name, the format, the
     value, the bound, met or not."""
     rows: list[tuple[str, str, float]] = []
-    floors: dict[tuple[str, str], float] = {}  # the least value the kernels allow, where known
+    floors: dict[tuple[str, str], float] = {}  # the products alone, weights in cache
     for fmt in ("float32", "bfloat16"):
         if fmt in cards:
             rows.append((f"mbu_{fmt}", fmt, cards[fmt]["bandwidth_utilisation"]))

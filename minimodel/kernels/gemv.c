@@ -161,9 +161,10 @@ void mm_pack(const void *w, int wk, int layout, int out, int in, void *packed, i
  * prefetching to keep memory busy (at one row, eight blocks at once do). 15-25% faster at 2-8
  * rows of float32 on AVX2 (measured; 2048 and 4096 bytes ahead gain less). */
 #define AHEAD 3072
-/* NB blocks of LANES outputs, RB rows of x: acc[b][r] += W[blk b][i][:] * x[r][i] */
+/* NB blocks of LANES outputs, RB rows of x (xst floats apart): acc[b][r] += W[blk b][i][:] *
+ * x[r][i] */
 #define KERNEL(NAME, LOAD, S, NB, RB) \
-static void NAME##_##NB##_##RB(const void *xv, int in, const char *wp, vf *out) { \
+static void NAME##_##NB##_##RB(const void *xv, int in, int xst, const char *wp, vf *out) { \
     const float *x = xv; \
     vf acc[NB][RB]; \
     for (int b = 0; b < NB; b++) for (int r = 0; r < RB; r++) acc[b][r] = (vf){0}; \
@@ -173,15 +174,17 @@ static void NAME##_##NB##_##RB(const void *xv, int in, const char *wp, vf *out) 
             const char *p = wp + b * bstride + (size_t)i * LANES * S; \
             if (RB > 1 && (i * LANES * S) % 64 == 0) __builtin_prefetch(p + AHEAD); \
             vf w = LOAD(p); \
-            for (int r = 0; r < RB; r++) acc[b][r] += w * x[(size_t)r * in + i]; \
+            for (int r = 0; r < RB; r++) acc[b][r] += w * x[(size_t)r * xst + i]; \
         } \
     } \
     for (int b = 0; b < NB; b++) for (int r = 0; r < RB; r++) out[b * RB + r] = acc[b][r]; \
 }
-/* The same on pairs: x is bfloat16 [RB][in] with in even, read as 32-bit pairs */
+/* The same on pairs: x is bfloat16 [RB][in] with in even, read as 32-bit pairs (xst: unused,
+ * the rows are in apart) */
 #define PKERNEL(NAME, LOAD, S, NB, RB) \
-static void NAME##_##NB##_##RB(const void *xv, int in, const char *wp, vf *out) { \
+static void NAME##_##NB##_##RB(const void *xv, int in, int xst, const char *wp, vf *out) { \
     const uint32_t *x = xv; \
+    (void)xst; \
     __m512 acc[NB][RB]; \
     for (int b = 0; b < NB; b++) for (int r = 0; r < RB; r++) acc[b][r] = _mm512_setzero_ps(); \
     const size_t bstride = (size_t)in * LANES * S, half = (size_t)in / 2; \
@@ -447,7 +450,7 @@ KERNELS(PKERNEL, ph, load_pairs_bf16, 2)
 KERNELS(PKERNEL, pb, load_pairs_i8, 1)
 #endif
 
-typedef void (*kfn)(const void *, int, const char *, vf *);
+typedef void (*kfn)(const void *, int, int, const char *, vf *);
 
 /* y[r][o] = sum_i x[r][i] * w[o][i] (* scale[o]) (+ bias[o]); x and y (and bias) of kind xk
  * (F32 or BF16), W of kind wk packed by mm_pack in the given layout, scale (I8 only) of kind sk.
@@ -471,7 +474,12 @@ int mm_gemv(const void *x, int xk, const void *packed, int wk, int layout, const
      * (padded to even inputs) and a scale per row for words */
     const int inp = padded_in(layout, in), quads = layout == QUADRUPLED,
               words = layout == WORDED, P = quads ? (xk == F32 ? 3 : 2) : 1;
-    const size_t xrow = quads ? (size_t)P * inp : (size_t)inp * (layout == PAIRED || words ? 2 : 4);
+    /* float32 rows of x, as the plain kernels read them: an odd number of cache lines apart, so
+     * that the rows' i-th inputs fall in 8 different sets of L1 (rows 4 KiB apart, as with 1024
+     * inputs, share one: 20% slower at 8 rows, measured) */
+    const int xst = layout == PLAIN ? ((inp + 15) / 16 | 1) * 16 : inp;
+    const size_t xrow = quads ? (size_t)P * inp
+                        : layout == PLAIN ? (size_t)xst * 4 : (size_t)inp * 2;
     const size_t scales = quads || words ? (size_t)rows * P * sizeof(float) : 0;
     void *xs = malloc((size_t)rows * xrow + scales);
     if (!xs) return 2;
@@ -495,7 +503,9 @@ int mm_gemv(const void *x, int xk, const void *packed, int wk, int layout, const
 #endif
     } else {
         float *xf = xs;
-        for (size_t j = 0; j < (size_t)rows * in; j++) xf[j] = get(x, xk, j);
+        for (int r = 0; r < rows; r++)
+            for (int i = 0; i < in; i++)
+                xf[(size_t)r * xst + i] = get(x, xk, (size_t)r * in + i);
         if (wk == F32) { SET(kf) } else if (wk == BF16) { SET(kh) } else { SET(kb) }
     }
     const int blocks = (out + LANES - 1) / LANES, s = SIZE[wk];
@@ -537,7 +547,7 @@ int mm_gemv(const void *x, int xk, const void *packed, int wk, int layout, const
                         (const uint32_t *)((const char *)xs + r0 * xrow), inp, wp, qs + r0, acc);
 #endif
                 } else {
-                    (n == 1 ? one : many)[rb]((const char *)xs + r0 * xrow, inp, wp, acc);
+                    (n == 1 ? one : many)[rb]((const char *)xs + r0 * xrow, inp, xst, wp, acc);
                 }
                 for (int k = 0; k < n; k++) for (int r = 0; r < rb; r++) {
                     int o0 = (b + k) * LANES;
