@@ -4,10 +4,13 @@ each, taking turns.
 
     python scripts/bench_gemv_builds.py --against HEAD~1
     python scripts/bench_gemv_builds.py --against a6d99e6 --weights bfloat16 --shapes 151936x256
+    python scripts/bench_gemv_builds.py --against HEAD~1 --hot --shapes 2048x1024
+
 
 For each shape [out, in], weight kind and row count: the fastest of `--repeats` turns of each
 build, each call on another of enough copies of the weight to pass the caches (as a decode step
-reads it, every weight packed by its own build), and this tree's time over the other's.
+reads it, every weight packed by its own build; with --hot, on one copy, which stays in the
+caches: the arithmetic alone), and this tree's time over the other's.
 Activations are float32 for float32 weights, else bfloat16; each build packs in its fastest
 layout. Prints a table and one JSON line.
 """
@@ -37,9 +40,15 @@ def build(folder: Path, name: str, revision: str | None) -> ctypes.CDLL:
     src.mkdir()
     for path in native.SOURCES:
         rel = path.relative_to(ROOT).as_posix()
-        text = (path.read_text() if revision is None else subprocess.run(
-            ["git", "show", f"{revision}:{rel}"], cwd=ROOT, check=True, capture_output=True,
-            text=True).stdout)
+        if revision is None:
+            text = path.read_text()
+        else:
+            shown = subprocess.run(["git", "show", f"{revision}:{rel}"], cwd=ROOT,
+                                   capture_output=True, text=True)
+            if shown.returncode:
+                raise SystemExit(f"git has no {rel} at {revision!r}: {shown.stderr.strip()} "
+                                 "(give --against a commit of this repository that has it)")
+            text = shown.stdout
         (src / path.name).write_text(text)
     cc = native.compiler()
     if cc is None:
@@ -76,13 +85,15 @@ def layout(lib: ctypes.CDLL, kind: int, inp: int, activations: int) -> int:
     return native.PLAIN
 
 
-def packs(lib: ctypes.CDLL, w: torch.Tensor, activations: int) -> tuple[int, list[torch.Tensor]]:
-    """(layout, copies of w packed by `lib`, enough to pass COLD_BYTES between them)."""
+def packs(lib: ctypes.CDLL, w: torch.Tensor, activations: int, hot: bool
+          ) -> tuple[int, list[torch.Tensor]]:
+    """(layout, copies of w packed by `lib`: enough to pass COLD_BYTES between them, or one
+    when `hot`)."""
     kind, (out, inp) = native.KINDS[w.dtype], w.shape
     lay = layout(lib, kind, inp, activations)
     nbytes = lib.mm_packed_bytes(kind, lay, out, inp)
     copies = []
-    for _ in range(min(MAX_COPIES, -(-COLD_BYTES // nbytes))):
+    for _ in range(1 if hot else min(MAX_COPIES, -(-COLD_BYTES // nbytes))):
         data = torch.empty(nbytes, dtype=torch.uint8)
         lib.mm_pack(w.data_ptr(), kind, lay, out, inp, data.data_ptr(), torch.get_num_threads())
         copies.append(data)
@@ -90,7 +101,7 @@ def packs(lib: ctypes.CDLL, w: torch.Tensor, activations: int) -> tuple[int, lis
 
 
 def bench(libs: dict[str, ctypes.CDLL], shape: str, weights: str, rows_list: list[int],
-          repeats: int) -> list[dict]:
+          repeats: int, hot: bool = False) -> list[dict]:
     out, inp = (int(n) for n in shape.split("x"))
     g = torch.Generator().manual_seed(0)
     scale = None
@@ -101,7 +112,7 @@ def bench(libs: dict[str, ctypes.CDLL], shape: str, weights: str, rows_list: lis
         w = (torch.randn(out, inp, generator=g) / inp**0.5).to(getattr(torch, weights))
     xdtype = torch.float32 if weights == "float32" else torch.bfloat16
     xk = native.KINDS[xdtype]
-    packed = {name: packs(lib, w, xk) for name, lib in libs.items()}
+    packed = {name: packs(lib, w, xk, hot) for name, lib in libs.items()}
     results = []
     for rows in rows_list:
         x = torch.randn(rows, inp, generator=g).to(xdtype)
@@ -123,10 +134,11 @@ def bench(libs: dict[str, ctypes.CDLL], shape: str, weights: str, rows_list: lis
         for _ in range(repeats):
             for name in libs:
                 copies = packed[name][1]
+                calls = copies * (20 if hot else 1)  # hot: enough calls to time
                 start = time.perf_counter()
-                for data in copies:
+                for data in calls:
                     call(name, data)
-                best[name] = min(best[name], (time.perf_counter() - start) / len(copies))
+                best[name] = min(best[name], (time.perf_counter() - start) / len(calls))
         first, other = list(libs)
         results.append({"shape": shape, "weights": weights, "rows": rows,
                         "us": {k: v * 1e6 for k, v in best.items()},
@@ -144,6 +156,8 @@ def main() -> None:
                     help="weight kinds, comma-separated: float32, bfloat16, int8")
     ap.add_argument("--rows", default="1,2,4,8")
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--hot", action="store_true",
+                    help="time each product on one copy of the weight, which the caches hold")
     args = ap.parse_args()
     rows_list = [int(r) for r in args.rows.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -153,12 +167,12 @@ def main() -> None:
         results = []
         for weights in args.weights.split(","):
             for shape in args.shapes.split(","):
-                for r in bench(libs, shape, weights, rows_list, args.repeats):
+                for r in bench(libs, shape, weights, rows_list, args.repeats, args.hot):
                     results.append(r)
                     times = "  ".join(f"{k} {v:9.1f} us" for k, v in r["us"].items())
                     print(f"{r['shape']:>12} {r['weights']:>8} rows {r['rows']:2d}  {times}  "
                           f"this/other {r['this_over_other']:4.2f}", flush=True)
-    print(json.dumps({"against": args.against, "threads": torch.get_num_threads(),
+    print(json.dumps({"against": args.against, "hot": args.hot, "threads": torch.get_num_threads(),
                       "results": results}))
 
 

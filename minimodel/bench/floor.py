@@ -34,7 +34,9 @@ from minimodel.kernels.matmul import FORMULATIONS, row_bucket
 # arithmetic), and far above the size under which gemv.c runs on one thread
 HOT_BYTES = 4 << 20
 CALL_SECONDS = 2e-3  # each timing: back-to-back calls adding up to about this long
-REPEATS = 7  # the fastest of this many timings (a shared machine only makes a run slower)
+REPEATS = 5  # the fastest of this many timings (a shared machine only makes a run slower)
+ROUNDS = 3  # and of this many rounds over every (B, weight), seconds apart:
+# a busy spell of a shared machine can outlast one product's timings, rarely all its rounds
 
 
 def _call_seconds(run, x: torch.Tensor, weight: torch.Tensor, packed: object) -> float:
@@ -52,42 +54,57 @@ def _call_seconds(run, x: torch.Tensor, weight: torch.Tensor, packed: object) ->
     return best
 
 
-def weight_floor(weight: torch.Tensor, name: str, rows: int) -> float:
-    """Seconds of `rows` rows times the whole `weight` through formulation `name`, the weight
-    read from the caches: its first n rows (HOT_BYTES) timed, and n / 2 of them, and the rest
-    of the weight priced at their difference."""
+def slice_seconds(weight: torch.Tensor, name: str, rows: int) -> dict[int, float]:
+    """{size: seconds} of `rows` rows times the weight's first n rows (about HOT_BYTES) and its
+    first n / 2 rows through formulation `name`; the whole weight when it is smaller."""
     out, cols = weight.shape
     per_row = max(1, tensor_bytes(weight) // out)  # bytes of one output row (and its scale)
     n = min(out, max(16, HOT_BYTES // per_row) // 16 * 16)
-    half = n // 2
     formulation = FORMULATIONS[name]
     x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows)).to(weight.dtype)
     seconds = {}
-    for size in (half, n):
+    for size in sorted({n // 2, n}):
         part = weight[:size]  # (a torchao weight slices outside inference mode only)
         packed = formulation.pack(part) if formulation.pack else None
         with torch.inference_mode():
             seconds[size] = _call_seconds(formulation.run, x, part, packed)
-    if n == out:
+    return seconds
+
+
+def whole_seconds(out: int, seconds: dict[int, float]) -> float:
+    """The seconds of all `out` rows of a weight from its slices' (slice_seconds): the larger
+    slice's, and the rest of the rows priced at the two slices' difference."""
+    n, half = max(seconds), min(seconds)
+    if n == out or n == half:
         return seconds[n]
     per_output = max(0.0, seconds[n] - seconds[half]) / (n - half)
     return seconds[n] + (out - n) * per_output
 
 
+def weight_floor(weight: torch.Tensor, name: str, rows: int) -> float:
+    """Seconds of `rows` rows times the whole `weight` through formulation `name`, the weight
+    read from the caches."""
+    return whole_seconds(weight.shape[0], slice_seconds(weight, name, rows))
+
+
 def products_floor(llm, batches: tuple[int, ...]) -> dict[int, float] | None:
     """{B: seconds of a decode step's products with B rows, every weight read from the
     caches}, through the formulations the engine chose (`llm.kernel_choices`); None where the
-    engine chose none (CUDA, or kernels not tuned)."""
+    engine chose none (CUDA, or kernels not tuned). Each slice's time is its best over ROUNDS
+    rounds, and the whole weight's is priced from those bests."""
     choices = getattr(llm, "kernel_choices", None)
     if not choices:
         return None
     modules = dict(llm.model.named_modules())
-    floor = {}
-    for batch in batches:
-        total = 0.0
-        for choice in choices:
-            weight = modules[choice.layers[0]].weight
-            name = choice.choices.get(row_bucket(batch), "linear")  # type: ignore[arg-type]
-            total += len(choice.layers) * weight_floor(weight, name, batch)
-        floor[batch] = total
-    return floor
+    weights = [modules[choice.layers[0]].weight for choice in choices]
+    best: dict[tuple[int, int], dict[int, float]] = {}
+    for _ in range(ROUNDS):
+        for batch in batches:
+            for k, choice in enumerate(choices):
+                name = choice.choices.get(row_bucket(batch), "linear")  # type: ignore[arg-type]
+                mine = best.setdefault((batch, k), {})
+                for size, seconds in slice_seconds(weights[k], name, batch).items():
+                    mine[size] = min(mine.get(size, float("inf")), seconds)
+    return {batch: sum(len(choice.layers) * whole_seconds(weights[k].shape[0], best[batch, k])
+                       for k, choice in enumerate(choices))
+            for batch in batches}
