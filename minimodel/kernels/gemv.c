@@ -158,8 +158,9 @@ void mm_pack(const void *w, int wk, int layout, int out, int in, void *packed, i
 
 /* Bytes of a block read ahead of the products, a cache line at a time, at two rows or more: the
  * kernels of 2-8 rows take one or two blocks at once, too few streams for the CPU's own
- * prefetching to keep memory busy (at one row, eight blocks at once do). 15-25% faster at 2-8
- * rows of float32 on AVX2 (measured; 2048 and 4096 bytes ahead gain less). */
+ * prefetching to keep memory busy (at one row, eight blocks at once do). 3-13% faster at 2-8
+ * rows of float32 streaming from memory on AVX2 (scripts/bench_gemv_builds.py; 2048 and 4096
+ * bytes ahead gained less). */
 #define AHEAD 3072
 /* NB blocks of LANES outputs, RB rows of x (xst floats apart): acc[b][r] += W[blk b][i][:] *
  * x[r][i] */
