@@ -54,43 +54,22 @@ def build(folder: Path, name: str, revision: str | None) -> ctypes.CDLL:
     if cc is None:
         raise SystemExit("no C compiler found (set CC, or install cc, gcc or clang)")
     out = folder / f"{name}.so"
-    for flags in native.FLAG_SETS:
-        done = subprocess.run([cc, *flags, "-shared", "-fPIC", str(src / "gemv.c"),
-                               str(src / "decode.c"), "-lm", "-o", str(out)],
-                              capture_output=True, text=True)
-        if done.returncode == 0:
-            break
-    else:
-        raise SystemExit(f"{name} did not build: {done.stderr.strip()[-400:]}")
-    lib = ctypes.CDLL(str(out))
-    lib.mm_packed_bytes.restype = ctypes.c_size_t
-    lib.mm_packed_bytes.argtypes = [ctypes.c_int] * 4
-    lib.mm_pack.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                            ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
-    lib.mm_gemv.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
-                            ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                            ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                            ctypes.c_int]
-    return lib
+    flags = native.build(cc, out, folder / f"{name}.flags",
+                         tuple(src / path.name for path in native.SOURCES))
+    if isinstance(flags, str):
+        raise SystemExit(f"{name} did not build: {flags}")
+    try:
+        return native.declare(ctypes.CDLL(str(out)))
+    except AttributeError as err:  # a build older than this tree's interface
+        raise SystemExit(f"{name}'s kernels lack a function this tree calls: {err}") from None
 
 
-def layout(lib: ctypes.CDLL, kind: int, inp: int, activations: int) -> int:
-    """The fastest layout the build offers (as native.layouts orders them)."""
-    if kind == 2 and 0 < inp <= lib.mm_quads_max_in():
-        return native.QUADS
-    if kind == 2 and activations == 1 and lib.mm_has_words():
-        return native.WORDS
-    if kind != 0 and activations == 1 and lib.mm_has_pairs():
-        return native.PAIRS
-    return native.PLAIN
-
-
-def packs(lib: ctypes.CDLL, w: torch.Tensor, activations: int, hot: bool
+def packs(lib: ctypes.CDLL, w: torch.Tensor, activations: torch.dtype, hot: bool
           ) -> tuple[int, list[torch.Tensor]]:
     """(layout, copies of w packed by `lib`: enough to pass COLD_BYTES between them, or one
     when `hot`)."""
     kind, (out, inp) = native.KINDS[w.dtype], w.shape
-    lay = layout(lib, kind, inp, activations)
+    lay = native.layouts(kind, inp, activations, lib)[0]
     nbytes = lib.mm_packed_bytes(kind, lay, out, inp)
     copies = []
     for _ in range(1 if hot else min(MAX_COPIES, -(-COLD_BYTES // nbytes))):
@@ -112,7 +91,7 @@ def bench(libs: dict[str, ctypes.CDLL], shape: str, weights: str, rows_list: lis
         w = (torch.randn(out, inp, generator=g) / inp**0.5).to(getattr(torch, weights))
     xdtype = torch.float32 if weights == "float32" else torch.bfloat16
     xk = native.KINDS[xdtype]
-    packed = {name: packs(lib, w, xk, hot) for name, lib in libs.items()}
+    packed = {name: packs(lib, w, xdtype, hot) for name, lib in libs.items()}
     results = []
     for rows in rows_list:
         x = torch.randn(rows, inp, generator=g).to(xdtype)

@@ -22,12 +22,11 @@ call plus that price for the rest of its rows.
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from minimodel.bench.curve import tensor_bytes
 from minimodel.kernels.matmul import FORMULATIONS, row_bucket
+from minimodel.kernels.roofline import best_time
 
 # bytes of the larger slice: both slices in the last-level cache of most CPUs, and on one side
 # of the per-core caches (a slice that fits them against one that spills would price the spill as
@@ -41,17 +40,15 @@ ROUNDS = 3  # and of this many rounds over every (B, weight), seconds apart:
 
 def _call_seconds(run, x: torch.Tensor, weight: torch.Tensor, packed: object) -> float:
     """Seconds of one call: the fastest of REPEATS timings of back-to-back calls."""
-    run(x, weight, packed, None)  # warm-up: the first call allocates
-    start = time.perf_counter()
-    run(x, weight, packed, None)
-    calls = max(1, min(200, int(CALL_SECONDS / max(time.perf_counter() - start, 1e-7))))
-    best = float("inf")
-    for _ in range(REPEATS):
-        start = time.perf_counter()
+    def once() -> None:
+        run(x, weight, packed, None)
+
+    def back_to_back() -> None:
         for _ in range(calls):
-            run(x, weight, packed, None)
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best
+            once()
+
+    calls = max(1, min(200, int(CALL_SECONDS / max(best_time(once, repeats=1), 1e-7))))
+    return best_time(back_to_back, repeats=REPEATS) / calls
 
 
 def slice_seconds(weight: torch.Tensor, name: str, rows: int) -> dict[int, float]:

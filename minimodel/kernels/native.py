@@ -81,16 +81,18 @@ def status() -> str:
     return _status
 
 
-def _build(cc: str, out: Path, flags_file: Path) -> tuple[str, ...] | str:
-    """Compile gemv.c into `out` with the first flag set that works, noting the flags in
-    `flags_file` first: the flags, or the compiler's last complaint."""
+def build(cc: str, out: Path, flags_file: Path, sources: tuple[Path, ...] = SOURCES
+          ) -> tuple[str, ...] | str:
+    """Compile the kernels' C files among `sources` (gemv.c and decode.c; mm.h beside them)
+    into `out` with the first flag set that works, noting the flags in `flags_file` first: the
+    flags, or the compiler's last complaint."""
     error = ""
     for flags in FLAG_SETS:
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
             target = Path(tmp) / out.name
             try:
                 done = subprocess.run([cc, *flags, "-shared", "-fPIC",
-                                       *(str(p) for p in SOURCES if p.suffix == ".c"),
+                                       *(str(p) for p in sources if p.suffix == ".c"),
                                        "-lm", "-o", str(target)], capture_output=True,
                                       text=True, timeout=COMPILE_TIMEOUT_S)
             except (OSError, subprocess.TimeoutExpired) as err:
@@ -101,6 +103,33 @@ def _build(cc: str, out: Path, flags_file: Path) -> tuple[str, ...] | str:
                 return flags
             error = (done.stderr.strip().splitlines() or ["exit " + str(done.returncode)])[-1]
     return error
+
+
+def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """`lib`, a build of the kernels, with the argument and result types of its functions."""
+    lib.mm_gemv.restype = ctypes.c_int
+    lib.mm_gemv.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                            ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                            ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                            ctypes.c_int]
+    lib.mm_packed_bytes.restype = ctypes.c_size_t
+    lib.mm_packed_bytes.argtypes = [ctypes.c_int] * 4
+    lib.mm_quads_max_in.restype = ctypes.c_int
+    lib.mm_has_words.restype = ctypes.c_int
+    lib.mm_pack.restype = None
+    lib.mm_pack.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                            ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    lib.mm_greedy.restype = None
+    lib.mm_greedy.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.mm_decode.restype = ctypes.c_int
+    lib.mm_decode.argtypes = [ctypes.POINTER(MMModel), ctypes.c_int, *[ctypes.c_void_p] * 7,
+                              ctypes.POINTER(ctypes.c_double)]
+    lib.mm_decode_greedy.restype = ctypes.c_int
+    lib.mm_decode_greedy.argtypes = [ctypes.POINTER(MMModel), ctypes.POINTER(MMWeight),
+                                     ctypes.c_int, *[ctypes.c_void_p] * 10,
+                                     ctypes.POINTER(ctypes.c_double)]
+    return lib
 
 
 @functools.cache
@@ -128,7 +157,7 @@ def library() -> ctypes.CDLL | None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if not path.exists():
-            flags = _build(cc, path, flags_file)
+            flags = build(cc, path, flags_file)
             if isinstance(flags, str):
                 _status = f"{Path(cc).name} could not build gemv.c: {flags}"
                 return None
@@ -140,28 +169,7 @@ def library() -> ctypes.CDLL | None:
         _status = f"{path} is of another version: delete it"
         return None
     _key = key
-    lib.mm_gemv.restype = ctypes.c_int
-    lib.mm_gemv.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
-                            ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                            ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                            ctypes.c_int]
-    lib.mm_packed_bytes.restype = ctypes.c_size_t
-    lib.mm_packed_bytes.argtypes = [ctypes.c_int] * 4
-    lib.mm_quads_max_in.restype = ctypes.c_int
-    lib.mm_has_words.restype = ctypes.c_int
-    lib.mm_pack.restype = None
-    lib.mm_pack.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                            ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
-    lib.mm_greedy.restype = None
-    lib.mm_greedy.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-    lib.mm_decode.restype = ctypes.c_int
-    lib.mm_decode.argtypes = [ctypes.POINTER(MMModel), ctypes.c_int, *[ctypes.c_void_p] * 7,
-                              ctypes.POINTER(ctypes.c_double)]
-    lib.mm_decode_greedy.restype = ctypes.c_int
-    lib.mm_decode_greedy.argtypes = [ctypes.POINTER(MMModel), ctypes.POINTER(MMWeight),
-                                     ctypes.c_int, *[ctypes.c_void_p] * 10,
-                                     ctypes.POINTER(ctypes.c_double)]
+    declare(lib)
     flags = flags_file.read_text().strip() if flags_file.exists() else "?"
     _status = (f"built with {Path(cc).name} {flags}: {lib.mm_lanes()} float lanes, "
                f"{'OpenMP threads' if '-fopenmp' in flags else 'one thread'}"
@@ -228,10 +236,11 @@ class Packed:
 LAYOUT_NAMES = {PLAIN: "plain", PAIRS: "pairs", QUADS: "quads", WORDS: "words"}
 
 
-def layouts(kind: int, in_features: int, activations: torch.dtype) -> list[int]:
-    """The layouts this CPU's build can pack a weight of `kind` (KINDS) into for `activations`,
-    the fastest first (what pack chooses)."""
-    lib = library()
+def layouts(kind: int, in_features: int, activations: torch.dtype,
+            lib: ctypes.CDLL | None = None) -> list[int]:
+    """The layouts this CPU's build (or `lib`, another build) can pack a weight of `kind`
+    (KINDS) into for `activations`, the fastest first (what pack chooses)."""
+    lib = lib or library()
     if lib is None:
         return []
     found = []
